@@ -1,0 +1,35 @@
+# The two things a newcomer runs (see README.md). Both set up what they need first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test setup lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Install the package and its test tools into .venv (re-run when pyproject.toml changes).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# The main job: what Headroom would do on the example cluster.
+demo: setup
+	$(BIN)/headroom plan --snapshot examples/cluster-snapshot.yaml
+
+lint: setup
+	$(BIN)/ruff check controller tests
+	$(BIN)/ruff format --check controller tests
+	$(BIN)/mypy
+	$(BIN)/headroom crds --check
+
+# Everything CI runs: lint, the real kube-apiserver + etcd build, and the whole test suite.
+test: lint
+	tests/testenv/build.sh >/dev/null
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The two custom resources: pydantic models, CRD generation, offline validation."""

@@ -1,0 +1,224 @@
+"""Generate the CRD manifests in `crds/` from the pydantic models.
+
+pydantic's JSON Schema is the input; this module rewrites it into a Kubernetes
+structural schema: `$ref` inlined, `anyOf` with null collapsed, titles and
+`additionalProperties: false` dropped, OpenAPI 3.0 boolean `exclusiveMinimum`,
+`const` as a one-value `enum`, null defaults removed.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from ruamel.yaml import YAML
+
+from ..core import keys
+from .models import (
+    HeadroomConfigSpec,
+    HeadroomConfigStatus,
+    NodePoolProfileSpec,
+    NodePoolProfileStatus,
+)
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        target = dict(defs[ref.rsplit("/", 1)[-1]])
+        if "description" in node:  # the field's own words beat the class docstring
+            target.pop("description", None)
+        node = {**target, **node}
+    branches = node.get("anyOf")
+    if branches is not None:
+        rest = [b for b in branches if b != {"type": "null"}]
+        if len(rest) != len(branches):
+            node.pop("anyOf")
+            if len(rest) == 1:
+                inner = _structural(rest[0], defs)
+                node = {**inner, **{k: v for k, v in node.items() if k not in ("default",) or v is not None}}
+            else:
+                node["anyOf"] = rest
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs"):
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        if key == "default" and value is None:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+            continue
+        if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+            continue
+        if key == "properties":
+            out[key] = {k: _structural(v, defs) for k, v in value.items()}
+            continue
+        out[key] = _structural(value, defs)
+    if out.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+    return out
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True)
+    schema: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
+    return schema
+
+
+def _ready(jsonpath: str = '.status.conditions[?(@.type=="Ready")].status') -> dict[str, Any]:
+    return {"name": "Ready", "type": "string", "jsonPath": jsonpath}
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short: str,
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    columns: list[dict[str, Any]],
+    description: str,
+    spec_required: bool,
+    root_rules: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    spec_schema = schema_of(spec)
+    if not spec_required:
+        spec_schema["default"] = {}
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion of this object: kube-headroom.dev/v1alpha1."},
+            "kind": {"type": "string", "description": f"Kind of this object: {kind}."},
+            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "spec": spec_schema,
+            "status": schema_of(status),
+        },
+    }
+    if spec_required:
+        root["required"] = ["spec"]
+    if root_rules:
+        root["x-kubernetes-validations"] = root_rules
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{keys.GROUP}"},
+        "spec": {
+            "group": keys.GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": ["headroom"],
+            },
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": keys.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def definitions() -> dict[str, dict[str, Any]]:
+    """File name in `crds/` → CRD object."""
+    config = _crd(
+        keys.CONFIG_KIND,
+        "headroomconfigs",
+        "hrc",
+        HeadroomConfigSpec,
+        HeadroomConfigStatus,
+        [
+            _ready(),
+            {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
+            {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
+            {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
+            {"name": "At Target", "type": "integer", "jsonPath": ".status.podsAtTarget"},
+            _AGE,
+            {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingResizes", "priority": 1},
+            {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+                "priority": 1,
+            },
+        ],
+        "HeadroomConfig is the cluster-wide Headroom configuration; exactly one, named cluster.",
+        spec_required=False,
+        root_rules=[
+            {
+                "rule": f"self.metadata.name == '{keys.SINGLETON_NAME}'",
+                "message": f"HeadroomConfig is a singleton: metadata.name must be '{keys.SINGLETON_NAME}'",
+            }
+        ],
+    )
+    profile = _crd(
+        keys.PROFILE_KIND,
+        "nodepoolprofiles",
+        "npp",
+        NodePoolProfileSpec,
+        NodePoolProfileStatus,
+        [
+            _ready(),
+            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+            {"name": "Nodes", "type": "integer", "jsonPath": ".status.matchedNodes"},
+            {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
+            {"name": "Factor", "type": "string", "jsonPath": ".status.averageFactor"},
+            {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
+            _AGE,
+        ],
+        "NodePoolProfile overrides Headroom settings for the nodes its selector picks.",
+        spec_required=True,
+    )
+    return {
+        f"{keys.GROUP}_headroomconfigs.yaml": config,
+        f"{keys.GROUP}_nodepoolprofiles.yaml": profile,
+    }
+
+
+def render(obj: dict[str, Any]) -> str:
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    buf = io.StringIO()
+    buf.write("# Generated by `headroom crds --write` from controller/headroom/api/models.py. Do not edit.\n")
+    yaml.dump(obj, buf)
+    return buf.getvalue()
+
+
+def stale_files(directory: Path) -> list[str]:
+    """Names of files in `directory` that differ from what the models generate."""
+    out = []
+    for name, obj in definitions().items():
+        path = directory / name
+        if not path.exists() or path.read_text() != render(obj):
+            out.append(name)
+    return out
+
+
+def write(directory: Path) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, obj in definitions().items():
+        (directory / name).write_text(render(obj))
+    return sorted(definitions())

@@ -1,0 +1,399 @@
+"""HeadroomConfig and NodePoolProfile (kube-headroom.dev/v1alpha1) as pydantic models.
+
+These classes are the source of truth: `crds/` is generated from them (`headroom crds`)
+and `headroom validate` checks GitOps files with them. Every rule the CRD enforces with
+CEL has a validator here with the same meaning, so both reject the same objects.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from ..core import keys
+from ..core.params import Exclusions as CoreExclusions
+from ..core.params import Overrides, Profile, Settings
+from ..core.quantity import cpu_milli
+from ..core.selectors import Selector
+from .types import (
+    Duration,
+    Exclusions,
+    GlobalExclusions,
+    LabelSelector,
+    Model,
+    Quantity,
+    duration_seconds,
+)
+
+_MULTIPLIER_RULE: dict[str, Any] = {"rule": "self == 0.0 || self >= 1.0", "message": "must be 0 (no cap) or at least 1"}
+
+
+_MULTIPLIER_CEL: dict[str, Any] = {"x-kubernetes-validations": [_MULTIPLIER_RULE]}
+
+
+def _multiplier_ok(value: float | None) -> float | None:
+    if value is not None and value != 0 and value < 1:
+        raise ValueError(f"{value} is not allowed; use 0 (no cap) or a number >= 1")
+    return value
+
+
+class Deadband(Model):
+    """Relative changes too small to be worth a write."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.shrink <= self.grow", "message": "shrink must be less than or equal to grow"}
+            ]
+        }
+    )
+    grow: float = Field(
+        default=0.10, ge=0, lt=1, description="A raise smaller than this fraction of the current limit is skipped."
+    )
+    shrink: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="A cut smaller than this fraction of the current limit is skipped; at most grow.",
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> Deadband:
+        if self.shrink > self.grow:
+            raise ValueError(f"shrink ({self.shrink}) must be less than or equal to grow ({self.grow})")
+        return self
+
+
+class DeadbandOverride(Model):
+    """Per-pool deadbands; a field left out keeps the HeadroomConfig value."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.shrink) || !has(self.grow) || self.shrink <= self.grow",
+                    "message": "shrink must be less than or equal to grow",
+                }
+            ]
+        }
+    )
+    grow: float | None = Field(default=None, ge=0, lt=1, description="Overrides HeadroomConfig spec.deadband.grow.")
+    shrink: float | None = Field(default=None, ge=0, lt=1, description="Overrides HeadroomConfig spec.deadband.shrink.")
+
+    @model_validator(mode="after")
+    def _order(self) -> DeadbandOverride:
+        if self.grow is not None and self.shrink is not None and self.shrink > self.grow:
+            raise ValueError(f"shrink ({self.shrink}) must be less than or equal to grow ({self.grow})")
+        return self
+
+
+class RateLimits(Model):
+    """Bounds on how fast the controller writes."""
+
+    per_node_patches_per_second: float = Field(
+        default=10, gt=0, description="Token bucket per node for resize patches."
+    )
+    client_qps: float = Field(default=50, gt=0, alias="clientQPS", description="Global budget of writes per second.")
+
+
+class Webhook(Model):
+    """The admission webhook's limit for new pods."""
+
+    initial_multiplier: float = Field(default=2, ge=1, description="A new pod's CPU limit is its request times this.")
+
+
+class WebhookOverride(Model):
+    """Per-pool webhook settings; a field left out keeps the HeadroomConfig value."""
+
+    initial_multiplier: float | None = Field(
+        default=None, ge=1, description="Overrides HeadroomConfig spec.webhook.initialMultiplier."
+    )
+
+
+class ObjectMeta(Model):
+    """The metadata offline validation reads; other metadata fields pass through."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, description="Object name.")
+
+
+class ConfigMeta(ObjectMeta):
+    """HeadroomConfig metadata: the object is a singleton."""
+
+    @field_validator("name")
+    @classmethod
+    def _singleton(cls, name: str) -> str:
+        if name != keys.SINGLETON_NAME:
+            raise ValueError(f"must be '{keys.SINGLETON_NAME}' (HeadroomConfig is a singleton), not {name!r}")
+        return name
+
+
+class Condition(Model):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type: Ready, Reconciling, Stalled, Conflict or DryRun.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation the condition was set from."
+    )
+    last_transition_time: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When the status last changed."
+    )
+    reason: str = Field(description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="What happened, for a person.")
+
+
+_CONDITIONS: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
+class Capabilities(Model):
+    """What the controller discovered about the cluster."""
+
+    server_version: str | None = Field(default=None, description="The API server's gitVersion.")
+    pods_resize: bool | None = Field(default=None, description="Whether the pods/resize subresource is served.")
+    in_place_pod_level_resources: bool | None = Field(
+        default=None, description="Whether pod-level spec.resources can be resized in place."
+    )
+
+
+class PoolStatus(Model):
+    """Counts for one node pool."""
+
+    name: str = Field(description="NodePoolProfile name; empty for nodes no profile selects.")
+    nodes: int = Field(default=0, ge=0, description="Nodes in the pool.")
+    managed_pods: int = Field(default=0, ge=0, description="Managed pods on those nodes.")
+
+
+class HeadroomConfigStatus(Model):
+    """What the controller does and sees, written by the controller."""
+
+    observed_generation: int | None = Field(default=None, description="The .metadata.generation this status describes.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, Reconciling, Stalled and DryRun.", json_schema_extra=_CONDITIONS
+    )
+    mode: Literal["DryRun", "Active"] | None = Field(
+        default=None, description="DryRun when no resize is written, Active otherwise."
+    )
+    nodes: int | None = Field(default=None, description="Nodes seen.")
+    managed_pods: int | None = Field(default=None, description="Pods whose CPU limit Headroom manages.")
+    unmanaged_pods: int | None = Field(default=None, description="Bound pods Headroom leaves alone.")
+    pods_at_target: int | None = Field(
+        default=None, description="Managed pods whose limits are within the deadband of their target."
+    )
+    pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied by the kubelet.")
+    resizes_applied: int | None = Field(default=None, description="Resizes accepted since the controller started.")
+    resizes_failed: int | None = Field(default=None, description="Resizes refused since the controller started.")
+    last_reconcile_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When a node was last reconciled."
+    )
+    capabilities: Capabilities | None = Field(default=None, description="What the cluster supports.")
+    pools: list[PoolStatus] | None = Field(
+        default=None, description="Counts per NodePoolProfile, plus one with an empty name for unmatched nodes."
+    )
+
+
+class HeadroomConfigSpec(Model):
+    """Cluster-wide settings. Every field is optional and defaulted."""
+
+    policy: Literal["Proportional"] = Field(
+        default="Proportional", description="How slack is shared; Proportional is the only policy today."
+    )
+    dry_run: bool = Field(default=False, description="Compute, annotate, emit metrics and status, but write no resize.")
+    min_burst_floor: Quantity = Field(
+        default="1000m",
+        description="Least burst a pod gets while the node has slack for it (capped at slack / managed pods).",
+    )
+    max_multiplier: float = Field(
+        default=10,
+        ge=0,
+        description="Cap limit <= request * maxMultiplier; 0 disables the cap.",
+        json_schema_extra=_MULTIPLIER_CEL,
+    )
+    deadband: Deadband = Field(
+        default_factory=Deadband, description="Relative changes too small to write.", json_schema_extra={"default": {}}
+    )
+    debounce_period: Duration = Field(
+        default="2s", description="At most one recompute of a node per period, e.g. 2s or 500ms."
+    )
+    rate_limits: RateLimits = Field(
+        default_factory=RateLimits, description="Write rate limits.", json_schema_extra={"default": {}}
+    )
+    backoff_period: Duration = Field(
+        default="5m", description="How long a pod is left alone after an infeasible or quota-denied resize."
+    )
+    namespace_selector: LabelSelector | None = Field(
+        default=None, description="Namespaces managed in addition to those labelled kube-headroom.dev/mode=managed."
+    )
+    exclusions: GlobalExclusions = Field(
+        default_factory=GlobalExclusions, description="What is never managed.", json_schema_extra={"default": {}}
+    )
+    webhook: Webhook = Field(
+        default_factory=Webhook, description="Admission webhook settings.", json_schema_extra={"default": {}}
+    )
+
+    _multiplier = field_validator("max_multiplier")(_multiplier_ok)
+
+
+class NodePoolProfileStatus(Model):
+    """What the controller sees on this pool's nodes."""
+
+    observed_generation: int | None = Field(default=None, description="The .metadata.generation this status describes.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, Reconciling, Stalled, Conflict and DryRun.", json_schema_extra=_CONDITIONS
+    )
+    mode: Literal["DryRun", "Paused", "Active"] | None = Field(default=None, description="DryRun, Paused or Active.")
+    matched_nodes: int | None = Field(default=None, description="Nodes this profile wins.")
+    managed_pods: int | None = Field(default=None, description="Managed pods on those nodes.")
+    pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied.")
+    average_factor: str | None = Field(default=None, description="Mean node factor over the pool, two decimals.")
+    last_applied_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When a resize was last written in this pool.",
+    )
+
+
+class NodePoolProfileSpec(Model):
+    """Settings for the nodes a selector picks; unset fields fall back to HeadroomConfig."""
+
+    node_selector: LabelSelector = Field(
+        description="Nodes this profile applies to. Must not be empty; to select every node, "
+        "say so with a matchExpressions Exists on a key every node has.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+                    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+                    "message": "must not be empty; select every node explicitly with matchExpressions",
+                }
+            ]
+        },
+    )
+    priority: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="When profiles overlap on a node the highest wins; ties go to the name sorting first.",
+    )
+    dry_run: bool | None = Field(default=None, description="Dry-run for this pool; cannot switch off a global dryRun.")
+    min_burst_floor: Quantity | None = Field(default=None, description="Overrides HeadroomConfig spec.minBurstFloor.")
+    max_multiplier: float | None = Field(
+        default=None,
+        ge=0,
+        description="Overrides HeadroomConfig spec.maxMultiplier (0 disables the cap).",
+        json_schema_extra=_MULTIPLIER_CEL,
+    )
+    deadband: DeadbandOverride | None = Field(
+        default=None, description="Overrides HeadroomConfig spec.deadband field by field."
+    )
+    webhook: WebhookOverride | None = Field(
+        default=None, description="Overrides HeadroomConfig spec.webhook field by field."
+    )
+    exclusions: Exclusions | None = Field(
+        default=None, description="Added to the global exclusions for this pool's nodes."
+    )
+    paused: bool = Field(
+        default=False, description="Keep this pool's limits as they are and write nothing; status still counts."
+    )
+
+    _multiplier = field_validator("max_multiplier")(_multiplier_ok)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _not_empty(cls, value: LabelSelector) -> LabelSelector:
+        if value.is_empty():
+            raise ValueError(
+                "must not be empty; to select every node use a matchExpressions Exists on a key every node has"
+            )
+        return value
+
+
+class HeadroomConfig(Model):
+    """The cluster-wide configuration singleton; its name must be `cluster`."""
+
+    api_version: Literal["kube-headroom.dev/v1alpha1"] = Field(description="kube-headroom.dev/v1alpha1")
+    kind: Literal["HeadroomConfig"] = Field(description="HeadroomConfig")
+    metadata: ConfigMeta
+    spec: HeadroomConfigSpec = Field(default_factory=HeadroomConfigSpec)
+    status: HeadroomConfigStatus | None = None
+
+
+class NodePoolProfile(Model):
+    """Per-node-pool overrides."""
+
+    api_version: Literal["kube-headroom.dev/v1alpha1"] = Field(description="kube-headroom.dev/v1alpha1")
+    kind: Literal["NodePoolProfile"] = Field(description="NodePoolProfile")
+    metadata: ObjectMeta
+    spec: NodePoolProfileSpec
+    status: NodePoolProfileStatus | None = None
+
+
+# --- conversion into the core's plain values -------------------------------------------
+
+
+def _fraction(value: float) -> Fraction:
+    return Fraction(str(value))
+
+
+def _selector(sel: LabelSelector | None) -> Selector | None:
+    return None if sel is None else Selector.from_dict(sel.model_dump(by_alias=True, exclude_none=True))
+
+
+def _exclusions(ex: Exclusions | None) -> CoreExclusions:
+    if ex is None:
+        return CoreExclusions()
+    pod_sel = _selector(ex.pod_selector)
+    node_sel = _selector(ex.node_selector)
+    return CoreExclusions(
+        namespaces=frozenset(ex.namespaces or ()),
+        pod_selectors=() if pod_sel is None or pod_sel.empty else (pod_sel,),
+        owner_kinds=frozenset(ex.owner_kinds or ()),
+        containers=frozenset(ex.containers or ()),
+        node_selectors=() if node_sel is None or node_sel.empty else (node_sel,),
+    )
+
+
+def settings_from(config: HeadroomConfig | None) -> Settings:
+    """Global settings; with no HeadroomConfig at all, the defaults."""
+    spec = config.spec if config is not None else HeadroomConfigSpec()
+    return Settings(
+        dry_run=spec.dry_run,
+        min_burst_floor=cpu_milli(spec.min_burst_floor),
+        max_multiplier=_fraction(spec.max_multiplier),
+        deadband_grow=spec.deadband.grow,
+        deadband_shrink=spec.deadband.shrink,
+        initial_multiplier=_fraction(spec.webhook.initial_multiplier),
+        exclusions=_exclusions(spec.exclusions),
+        namespace_selector=_selector(spec.namespace_selector),
+        debounce_seconds=duration_seconds(spec.debounce_period),
+        backoff_seconds=duration_seconds(spec.backoff_period),
+        per_node_patches_per_second=spec.rate_limits.per_node_patches_per_second,
+        client_qps=spec.rate_limits.client_qps,
+    )
+
+
+def profile_from(obj: NodePoolProfile) -> Profile:
+    s = obj.spec
+    db = s.deadband or DeadbandOverride()
+    return Profile(
+        name=obj.metadata.name,
+        priority=s.priority,
+        node_selector=Selector.from_dict(s.node_selector.model_dump(by_alias=True, exclude_none=True)),
+        overrides=Overrides(
+            dry_run=s.dry_run,
+            min_burst_floor=None if s.min_burst_floor is None else cpu_milli(s.min_burst_floor),
+            max_multiplier=None if s.max_multiplier is None else _fraction(s.max_multiplier),
+            deadband_grow=db.grow,
+            deadband_shrink=db.shrink,
+            initial_multiplier=None
+            if s.webhook is None or s.webhook.initial_multiplier is None
+            else _fraction(s.webhook.initial_multiplier),
+        ),
+        exclusions=_exclusions(s.exclusions),
+        paused=s.paused,
+    )

@@ -1,0 +1,177 @@
+"""Offline validation of HeadroomConfig / NodePoolProfile YAML, for GitOps pull requests.
+
+Errors read `file:line:column: Kind/name: spec.field.path: what is wrong, what is allowed`.
+ruamel.yaml keeps the position of every key, so each error points at the offending line.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+
+from ..core import keys
+from .models import HeadroomConfig, NodePoolProfile
+
+KINDS: dict[str, type[BaseModel]] = {keys.CONFIG_KIND: HeadroomConfig, keys.PROFILE_KIND: NodePoolProfile}
+
+
+class UnreadableFile(Exception):
+    """The file cannot be read or is not YAML; the message names the file and position."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    file: str
+    line: int  # 1-based
+    column: int  # 1-based
+    obj: str  # Kind/name
+    path: str  # spec.deadband.shrink
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.obj}: {self.path}: {self.message}"
+
+
+def load_documents(path: Path) -> list[Any]:
+    """All YAML documents of a file (round-trip types, which carry line numbers)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UnreadableFile(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return [d for d in YAML(typ="rt").load_all(text) if d is not None]
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UnreadableFile(f"{where}: not valid YAML: {problem}") from None
+
+
+def objects(docs: list[Any]) -> Iterator[Any]:
+    """Documents, with `kind: List` (what `kubectl get -o yaml` prints) expanded."""
+    for doc in docs:
+        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
+            yield from (i for i in doc.get("items") or () if i is not None)
+        else:
+            yield doc
+
+
+def _position(root: Any, loc: tuple[Any, ...]) -> tuple[int, int]:
+    """Line and column (1-based) of the deepest part of `loc` present in the document."""
+    node, pos = root, (getattr(root, "lc", None) and (root.lc.line, root.lc.col)) or (0, 0)
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            pos = node.lc.key(part)
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+            pos = node.lc.item(part)
+            node = node[part]
+        else:
+            break
+    return pos[0] + 1, pos[1] + 1
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that sits at `loc` below `model`, unwrapping Optional and lists."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        current = _unwrap(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0] if len(args) == 1 else tp
+            if len(args) != 1:
+                return tp
+        elif origin in (list, typing.Annotated):
+            tp = typing.get_args(tp)[0]
+        else:
+            return tp
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in str(part) or "(" in str(part):
+            continue  # pydantic's union/validator tags are not part of the document
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(object)"
+
+
+def _message(err: Any, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        allowed = sorted((f.alias or n) for n, f in parent.model_fields.items()) if parent else []
+        return f"unknown field {loc[-1]!r}; allowed here: {', '.join(allowed)}"
+    if kind == "missing":
+        return "required field is missing"
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        return msg[len("Value error, ") :]
+    value = err.get("input")
+    if isinstance(value, (str, int, float, bool)):
+        return f"{msg} (got {value!r})"
+    return msg
+
+
+def validate_object(obj: Any, file: str) -> list[Problem]:
+    """Problems of one document; an empty list when it is valid or not one of our kinds."""
+    if not isinstance(obj, dict):
+        line, col = _position(obj, ())
+        return [Problem(file, line, col, "(document)", "(object)", "is not a mapping; expected a Kubernetes object")]
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        return []
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    label = f"{kind}/{meta.get('name', '?')}"
+    api_version = obj.get("apiVersion")
+    if not str(api_version or "").startswith(f"{keys.GROUP}/"):
+        return []  # a kind of the same name from another group is not ours to judge
+    model = KINDS[str(kind)]
+    try:
+        model.model_validate(obj)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            line, col = _position(obj, loc)
+            problems.append(Problem(file, line, col, label, _path(loc), _message(err, model, loc)))
+        return problems
+    return []
+
+
+def validate_file(path: Path) -> tuple[int, list[Problem]]:
+    """(number of HeadroomConfig/NodePoolProfile objects checked, problems)."""
+    docs = load_documents(path)
+    checked, problems = 0, []
+    for obj in objects(docs):
+        if isinstance(obj, dict) and obj.get("kind") in KINDS:
+            checked += 1
+        problems.extend(validate_object(obj, str(path)))
+    return checked, problems

@@ -1,0 +1,150 @@
+"""The `headroom` command (also installed as `kubectl-headroom`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__, output
+from .api import crds
+from .api.validate import UnreadableFile, validate_file
+from .core.capabilities import parse_version, pod_level_resize
+from .core.planner import ClusterPlan, plan_cluster
+from .sim.snapshot import SnapshotError, load_snapshot
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
+    snap = load_snapshot(Path(args.snapshot))
+    version = None
+    if args.kubernetes_version:
+        version = parse_version(args.kubernetes_version)
+        if version is None:
+            raise UsageError(f"--kubernetes-version {args.kubernetes_version!r}: use a version like v1.36.3")
+    resolver = snap.resolver()
+    for problem in resolver.errors.values():
+        print(f"warning: {problem} (profile ignored)", file=sys.stderr)
+    return plan_cluster(
+        snap.nodes,
+        snap.pods,
+        snap.namespaces,
+        resolver,
+        pod_level_resize=pod_level_resize(snap.nodes, version),
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = _snapshot_plan(args)
+    if args.output == "json":
+        print(json.dumps(output.plan_json(plan), indent=2))
+    else:
+        print(output.plan_table(plan))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    key = args.pod if "/" in args.pod else f"{args.namespace}/{args.pod}"
+    text = output.explain(_snapshot_plan(args), key)
+    if text is None:
+        raise UsageError(f"pod {key} is not in {args.snapshot}; name it as NAMESPACE/NAME or use -n")
+    print(text)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    status, total = 0, 0
+    for name in args.files:
+        try:
+            checked, problems = validate_file(Path(name))
+        except UnreadableFile as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        total += checked
+        for p in problems:
+            print(p)
+        if problems and status == 0:
+            status = 1
+    if status == 0:
+        print(f"ok: {total} HeadroomConfig/NodePoolProfile object(s) valid in {len(args.files)} file(s)")
+    return status
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    if args.check:
+        stale = crds.stale_files(directory)
+        for name in stale:
+            print(f"{directory / name}: stale or missing; run `headroom crds --write`", file=sys.stderr)
+        return 1 if stale else 0
+    if args.write:
+        for name in crds.write(directory):
+            print(f"wrote {directory / name}")
+        return 0
+    print("---\n".join(crds.render(obj) for obj in crds.definitions().values()), end="")
+    return 0
+
+
+def _snapshot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--snapshot",
+        required=True,
+        metavar="FILE",
+        help="a `kubectl get -o yaml|json` List or multi-document YAML of Nodes, Pods, "
+        "Namespaces and the Headroom objects",
+    )
+    p.add_argument(
+        "--kubernetes-version",
+        metavar="V",
+        help="server version to assume offline (decides pod-level resize when nodes declare no features)",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="headroom", description="CPU limits that follow each node's unbooked CPU.")
+    ap.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plan", help="what the controller would do, read-only")
+    _snapshot_args(p)
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("explain", help="the arithmetic behind one pod's limit")
+    p.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
+    p.add_argument("-n", "--namespace", default="default")
+    _snapshot_args(p)
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("validate", help="check HeadroomConfig/NodePoolProfile YAML offline (for GitOps CI)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("crds", help="print, write or check the generated CRDs")
+    p.add_argument("--dir", default="crds", help="directory of the CRD files (default: crds)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write the CRDs into --dir")
+    mode.add_argument("--check", action="store_true", help="exit 1 when --dir is stale")
+    p.set_defaults(func=cmd_crds)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (SnapshotError, UsageError, UnreadableFile) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

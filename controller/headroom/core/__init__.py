@@ -1,0 +1,1 @@
+"""The pure core: records, parameters, eligibility and policy. No I/O, no kubernetes."""

@@ -1,0 +1,124 @@
+"""Whether a pod is managed, and if not, the first reason why (SPEC §5, in its order)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import keys
+from .params import Settings
+from .records import APP, BURSTABLE, INIT, Container, Namespace, Node, Pod
+
+MANAGED = "Managed"
+NOT_BOUND = "NotBound"
+TERMINAL = "Terminal"
+TERMINATING = "Terminating"
+MIRROR_POD = "MirrorPod"
+NAMESPACE_NOT_MANAGED = "NamespaceNotManaged"
+NAMESPACE_EXCLUDED = "NamespaceExcluded"
+POD_OPTED_OUT = "PodOptedOut"
+POD_SELECTOR_EXCLUDED = "PodSelectorExcluded"
+OWNER_KIND_EXCLUDED = "OwnerKindExcluded"
+NODE_EXCLUDED = "NodeExcluded"
+WINDOWS_NODE = "WindowsNode"
+NOT_BURSTABLE = "NotBurstable"
+ZERO_CPU_REQUEST = "ZeroCPURequest"
+RESTART_ON_RESIZE = "RestartOnResize"
+POD_LEVEL_UNSUPPORTED = "PodLevelResourcesUnsupported"
+BACKING_OFF = "BackingOff"
+POOL_PAUSED = "PoolPaused"
+
+REASONS = (
+    NOT_BOUND,
+    TERMINAL,
+    TERMINATING,
+    MIRROR_POD,
+    NAMESPACE_NOT_MANAGED,
+    NAMESPACE_EXCLUDED,
+    POD_OPTED_OUT,
+    POD_SELECTOR_EXCLUDED,
+    OWNER_KIND_EXCLUDED,
+    NODE_EXCLUDED,
+    WINDOWS_NODE,
+    NOT_BURSTABLE,
+    ZERO_CPU_REQUEST,
+    RESTART_ON_RESIZE,
+    POD_LEVEL_UNSUPPORTED,
+    BACKING_OFF,
+    POOL_PAUSED,
+)
+
+
+def namespace_managed(ns: Namespace | None, settings: Settings) -> bool:
+    if ns is None:
+        return False
+    if ns.labels.get(keys.MODE_KEY) == keys.MODE_MANAGED:
+        return True
+    sel = settings.namespace_selector
+    return sel is not None and sel.matches(ns.labels)
+
+
+def node_excluded(labels: Mapping[str, str], settings: Settings) -> bool:
+    return any(s.matches(labels) for s in settings.exclusions.node_selectors)
+
+
+def computed_containers(pod: Pod, settings: Settings) -> tuple[Container, ...]:
+    """Containers that receive a computed limit: app containers and sidecars with a CPU
+    request, not excluded by name. Ordinary init containers never do."""
+    skip = settings.exclusions.containers
+    return tuple(c for c in pod.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in skip)
+
+
+def eligibility(
+    pod: Pod,
+    namespace: Namespace | None,
+    node: Node | None,
+    settings: Settings,
+    *,
+    pod_level_resize: bool,
+    backing_off: bool = False,
+) -> str:
+    """`MANAGED` or the reason code of the first check the pod fails."""
+    if not pod.node_name or node is None:
+        return NOT_BOUND
+    if pod.terminal:
+        return TERMINAL
+    if pod.deleting:
+        return TERMINATING
+    if pod.mirror:
+        return MIRROR_POD
+    if not namespace_managed(namespace, settings):
+        return NAMESPACE_NOT_MANAGED
+    ex = settings.exclusions
+    if pod.namespace in ex.namespaces:
+        return NAMESPACE_EXCLUDED
+    if pod.mode == keys.MODE_UNMANAGED:
+        return POD_OPTED_OUT
+    if any(s.matches(pod.labels) for s in ex.pod_selectors):
+        return POD_SELECTOR_EXCLUDED
+    if pod.owner_kind is not None and pod.owner_kind in ex.owner_kinds:
+        return OWNER_KIND_EXCLUDED
+    if node_excluded(node.labels, settings):
+        return NODE_EXCLUDED
+    if node.windows:
+        return WINDOWS_NODE
+    if pod.qos != BURSTABLE:
+        return NOT_BURSTABLE
+    pl = pod.pod_level
+    if pl is not None and pl.cpu_request:
+        pass  # the pod-level request is what the limit is proportional to
+    elif any(c.kind == APP and c.cpu_request <= 0 and c.name not in ex.containers for c in pod.containers):
+        return ZERO_CPU_REQUEST
+    # On a pod-level pod every running container follows the pod cgroup, so all count.
+    if pl is not None:
+        resized = tuple(c for c in pod.containers if c.kind != INIT)
+    else:
+        resized = computed_containers(pod, settings)
+    if not resized or any(c.restart_on_cpu_resize for c in resized):
+        return ZERO_CPU_REQUEST if not resized else RESTART_ON_RESIZE
+    if pl is not None and not pod_level_resize:
+        return POD_LEVEL_UNSUPPORTED
+    if backing_off:
+        return BACKING_OFF
+    if settings.paused:
+        return POOL_PAUSED
+    return MANAGED

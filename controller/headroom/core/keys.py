@@ -1,0 +1,23 @@
+"""Every label, annotation and name the project puts on cluster objects, from one prefix."""
+
+from typing import Final
+
+GROUP: Final = "kube-headroom.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+MODE_KEY: Final = f"{GROUP}/mode"  # namespace label / pod label or annotation
+MODE_MANAGED: Final = "managed"
+MODE_UNMANAGED: Final = "unmanaged"
+MAX_CPU_KEY: Final = f"{GROUP}/max-cpu"
+STATUS_KEY: Final = f"{GROUP}/status"
+
+FIELD_MANAGER: Final = "headroom"
+POLICY_NAME: Final = "proportional-v1"
+SINGLETON_NAME: Final = "cluster"
+
+CONFIG_KIND: Final = "HeadroomConfig"
+PROFILE_KIND: Final = "NodePoolProfile"
+
+# The gate that makes pod-level `spec.resources` resizable in place (KEP-5419).
+POD_LEVEL_RESIZE_FEATURE: Final = "InPlacePodLevelResourcesVerticalScaling"

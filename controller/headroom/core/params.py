@@ -1,0 +1,138 @@
+"""Effective parameters per node: HeadroomConfig merged with the winning NodePoolProfile.
+
+The api package turns validated custom resources into these plain values; everything
+downstream (eligibility, policy, planner, reconciler, webhook) reads only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from .selectors import Selector
+
+
+@dataclass(slots=True, frozen=True)
+class Exclusions:
+    namespaces: frozenset[str] = frozenset()
+    pod_selectors: tuple[Selector, ...] = ()  # a pod matching any is excluded
+    owner_kinds: frozenset[str] = frozenset()
+    containers: frozenset[str] = frozenset()
+    node_selectors: tuple[Selector, ...] = ()
+
+    def union(self, other: Exclusions) -> Exclusions:
+        return Exclusions(
+            self.namespaces | other.namespaces,
+            self.pod_selectors + other.pod_selectors,
+            self.owner_kinds | other.owner_kinds,
+            self.containers | other.containers,
+            self.node_selectors + other.node_selectors,
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class Settings:
+    """Everything the policy and eligibility need for one node."""
+
+    pool: str = ""
+    dry_run: bool = False
+    paused: bool = False
+    min_burst_floor: int = 1000  # millicores
+    max_multiplier: Fraction = Fraction(10)  # 0 disables the cap
+    deadband_grow: float = 0.10
+    deadband_shrink: float = 0.05
+    initial_multiplier: Fraction = Fraction(2)
+    exclusions: Exclusions = field(default_factory=lambda: Exclusions(namespaces=frozenset({"kube-system"})))
+    namespace_selector: Selector | None = None
+    debounce_seconds: float = 2.0
+    backoff_seconds: float = 300.0
+    per_node_patches_per_second: float = 10.0
+    client_qps: float = 50.0
+
+
+@dataclass(slots=True, frozen=True)
+class Overrides:
+    """A profile's optional fields; `None` falls back to the global value."""
+
+    dry_run: bool | None = None
+    min_burst_floor: int | None = None
+    max_multiplier: Fraction | None = None
+    deadband_grow: float | None = None
+    deadband_shrink: float | None = None
+    initial_multiplier: Fraction | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Profile:
+    name: str
+    priority: int
+    node_selector: Selector
+    overrides: Overrides = Overrides()
+    exclusions: Exclusions = Exclusions()
+    paused: bool = False
+
+    def sort_key(self) -> tuple[int, str]:
+        """Highest priority first; a tie goes to the name that sorts first."""
+        return (-self.priority, self.name)
+
+
+class ParamsError(ValueError):
+    """A profile that is valid alone but not merged with the global settings."""
+
+
+def apply_profile(base: Settings, profile: Profile) -> Settings:
+    o = profile.overrides
+    merged = replace(
+        base,
+        pool=profile.name,
+        # A pool can add dry-run but never switch off a global dry-run.
+        dry_run=base.dry_run or bool(o.dry_run),
+        paused=profile.paused,
+        min_burst_floor=base.min_burst_floor if o.min_burst_floor is None else o.min_burst_floor,
+        max_multiplier=base.max_multiplier if o.max_multiplier is None else o.max_multiplier,
+        deadband_grow=base.deadband_grow if o.deadband_grow is None else o.deadband_grow,
+        deadband_shrink=base.deadband_shrink if o.deadband_shrink is None else o.deadband_shrink,
+        initial_multiplier=base.initial_multiplier if o.initial_multiplier is None else o.initial_multiplier,
+        exclusions=base.exclusions.union(profile.exclusions),
+    )
+    if merged.deadband_shrink > merged.deadband_grow:
+        raise ParamsError(
+            f"NodePoolProfile/{profile.name}: spec.deadband: merged with HeadroomConfig the "
+            f"shrink deadband {merged.deadband_shrink} exceeds the grow deadband "
+            f"{merged.deadband_grow}; set both in the profile or keep shrink <= grow"
+        )
+    return merged
+
+
+@dataclass(slots=True)
+class Resolver:
+    """Picks the winning profile per node and caches the merged settings per profile."""
+
+    base: Settings
+    profiles: tuple[Profile, ...]
+    errors: dict[str, str] = field(default_factory=dict)
+    _merged: dict[str, Settings] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, base: Settings, profiles: Iterable[Profile]) -> Resolver:
+        r = cls(base, ())
+        usable = []
+        for p in sorted(profiles, key=Profile.sort_key):
+            try:
+                r._merged[p.name] = apply_profile(base, p)
+                usable.append(p)
+            except ParamsError as exc:
+                r.errors[p.name] = str(exc)
+        r.profiles = tuple(usable)
+        return r
+
+    def matching(self, labels: Mapping[str, str]) -> list[Profile]:
+        """Every profile that selects a node with these labels, winner first."""
+        return [p for p in self.profiles if p.node_selector.matches(labels)]
+
+    def for_labels(self, labels: Mapping[str, str]) -> Settings:
+        for p in self.profiles:
+            if p.node_selector.matches(labels):
+                return self._merged[p.name]
+        return self.base

@@ -1,0 +1,123 @@
+"""Eligibility and policy over a whole cluster state: what every pod's limit should be.
+
+`headroom plan` and `explain` print this; the reconciler applies `plan_node` to one node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from . import eligibility as elig
+from .params import Resolver, Settings
+from .policy import Managed, NodeSummary, PodTarget, compute_node
+from .quantity import QuantityError, cpu_milli
+from .records import Namespace, Node, Pod
+
+
+@dataclass(slots=True, frozen=True)
+class PodPlan:
+    pod: Pod
+    reason: str
+    target: PodTarget | None = None
+    warning: str | None = None  # e.g. an unparseable max-cpu annotation, ignored
+
+    @property
+    def managed(self) -> bool:
+        return self.target is not None
+
+
+@dataclass(slots=True, frozen=True)
+class NodePlan:
+    node: Node
+    settings: Settings
+    summary: NodeSummary
+    pods: tuple[PodPlan, ...]
+
+
+@dataclass(slots=True)
+class ClusterPlan:
+    nodes: list[NodePlan] = field(default_factory=list)
+    unbound: list[PodPlan] = field(default_factory=list)  # no node, or a node we do not know
+
+    def all_pods(self) -> Iterable[PodPlan]:
+        for n in self.nodes:
+            yield from n.pods
+        yield from self.unbound
+
+
+def user_cap(pod: Pod) -> tuple[int | None, str | None]:
+    """The pod's max-cpu annotation in millicores, or a warning when it does not parse."""
+    if pod.max_cpu is None:
+        return None, None
+    try:
+        cap = cpu_milli(pod.max_cpu)
+    except QuantityError as exc:
+        return None, f"annotation kube-headroom.dev/max-cpu ignored: {exc}"
+    if cap <= 0:
+        return None, f"annotation kube-headroom.dev/max-cpu ignored: {pod.max_cpu!r} must be above 0"
+    return cap, None
+
+
+def plan_node(
+    node: Node,
+    pods: Iterable[Pod],
+    namespaces: Mapping[str, Namespace],
+    settings: Settings,
+    *,
+    pod_level_resize: bool,
+    backing_off: frozenset[str] = frozenset(),
+) -> NodePlan:
+    pods = sorted(pods, key=lambda p: (p.namespace, p.name))
+    reasons: list[tuple[Pod, str, str | None]] = []
+    managed: list[Managed] = []
+    for p in pods:
+        reason = elig.eligibility(
+            p,
+            namespaces.get(p.namespace),
+            node,
+            settings,
+            pod_level_resize=pod_level_resize,
+            backing_off=p.key in backing_off,
+        )
+        warning = None
+        if reason == elig.MANAGED:
+            cap, warning = user_cap(p)
+            managed.append(Managed(p, elig.computed_containers(p, settings), cap))
+        reasons.append((p, reason, warning))
+    summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
+    by_key = {t.managed.pod.key: t for t in targets}
+    plans = tuple(PodPlan(p, r, by_key.get(p.key), w) for p, r, w in reasons)
+    return NodePlan(node, settings, summary, plans)
+
+
+def plan_cluster(
+    nodes: Iterable[Node],
+    pods: Iterable[Pod],
+    namespaces: Mapping[str, Namespace],
+    resolver: Resolver,
+    *,
+    pod_level_resize: bool,
+    backing_off: frozenset[str] = frozenset(),
+) -> ClusterPlan:
+    by_node: dict[str, list[Pod]] = {}
+    node_map = {n.name: n for n in nodes}
+    out = ClusterPlan()
+    for p in pods:
+        if p.node_name and p.node_name in node_map:
+            by_node.setdefault(p.node_name, []).append(p)
+        else:
+            out.unbound.append(PodPlan(p, elig.NOT_BOUND))
+    for name in sorted(node_map):
+        node = node_map[name]
+        out.nodes.append(
+            plan_node(
+                node,
+                by_node.get(name, ()),
+                namespaces,
+                resolver.for_labels(node.labels),
+                pod_level_resize=pod_level_resize,
+                backing_off=backing_off,
+            )
+        )
+    return out

@@ -1,0 +1,173 @@
+"""The proportional policy of SPEC §4: pure, deterministic, integer millicores.
+
+One node at a time: the node's allocatable CPU, the booking of every pod on it, and the
+managed pods with their effective settings go in; a summary of the node and a target per
+managed pod (with per-container limits and whether to write them) come out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .params import Settings
+from .records import GUARANTEED, Container, Pod, qos_class
+
+QUANTUM = 10  # millicores; also the smallest CPU quota the kernel enforces (k8s#128769)
+
+# What decided a pod's target, for `explain` and the plan output.
+BOUND_PROPORTIONAL = "proportional"
+BOUND_FLOOR = "minBurstFloor"
+BOUND_MULTIPLIER = "maxMultiplier"
+BOUND_ALLOCATABLE = "allocatable"
+BOUND_USER_CAP = "userCap"
+BOUND_OVERCOMMITTED = "overcommitted"
+BOUND_POD_LEVEL_FLOOR = "podLevelFloor"
+
+
+@dataclass(slots=True, frozen=True)
+class Managed:
+    """A managed pod as the policy sees it."""
+
+    pod: Pod
+    containers: tuple[Container, ...]  # those that receive a computed limit
+    user_cap: int | None = None  # kube-headroom.dev/max-cpu in millicores
+
+    @property
+    def request(self) -> int:
+        pl = self.pod.pod_level
+        if pl is not None and pl.cpu_request:
+            return pl.cpu_request
+        return sum(c.cpu_request for c in self.containers)
+
+
+@dataclass(slots=True, frozen=True)
+class NodeSummary:
+    allocatable: int
+    booked: int
+    slack: int
+    managed_requests: int
+    managed_pods: int
+
+    @property
+    def factor(self) -> float:
+        if self.slack > 0 and self.managed_requests > 0:
+            return 1 + self.slack / self.managed_requests
+        return 1.0
+
+
+@dataclass(slots=True, frozen=True)
+class ContainerTarget:
+    name: str
+    request: int
+    current: int | None
+    target: int
+    apply: bool
+
+
+@dataclass(slots=True, frozen=True)
+class PodTarget:
+    managed: Managed
+    request: int
+    target: int  # the pod's total limit after clamps and quantum
+    bound: str
+    containers: tuple[ContainerTarget, ...]  # empty for pod-level pods
+    pod_level_current: int | None
+    apply: bool
+
+    @property
+    def pod_level(self) -> bool:
+        return self.managed.pod.pod_level is not None
+
+
+def booked(pods: Iterable[Pod]) -> int:
+    """CPU the scheduler counts on the node: every pod but the terminal ones."""
+    return sum(p.booked_cpu for p in pods if not p.terminal)
+
+
+def summarize(allocatable: int, booked_cpu: int, managed: Sequence[Managed]) -> NodeSummary:
+    return NodeSummary(allocatable, booked_cpu, allocatable - booked_cpu, sum(m.request for m in managed), len(managed))
+
+
+def outside_deadband(current: int | None, target: int, settings: Settings) -> bool:
+    """Whether a change from `current` to `target` is worth a write (SPEC §4 hysteresis)."""
+    if current is None or current <= 0:
+        return True  # seeding: a container without a limit always gets one
+    if target > current:
+        return (target - current) / current >= settings.deadband_grow
+    if target < current:
+        return (current - target) / current >= settings.deadband_shrink
+    return False
+
+
+def pod_total(summary: NodeSummary, m: Managed, settings: Settings) -> tuple[int, str]:
+    """L_i before the per-container split, and the step that decided it."""
+    r = m.request
+    s, total, n = summary.slack, summary.managed_requests, summary.managed_pods
+    if s <= 0 or total <= 0:
+        limit, bound = r, BOUND_OVERCOMMITTED
+    else:
+        proportional = s * r // total
+        floor = min(settings.min_burst_floor, s // n)
+        if floor > proportional:
+            limit, bound = r + floor, BOUND_FLOOR
+        else:
+            limit, bound = r + proportional, BOUND_PROPORTIONAL
+        mult = settings.max_multiplier
+        if mult:
+            cap = r * mult.numerator // mult.denominator
+            if limit > cap:
+                limit, bound = cap, BOUND_MULTIPLIER
+        if limit > summary.allocatable:
+            limit, bound = summary.allocatable, BOUND_ALLOCATABLE
+        if m.user_cap is not None and limit > m.user_cap:
+            limit, bound = m.user_cap, BOUND_USER_CAP
+        limit = max(limit, r)
+    limit = max(r, limit // QUANTUM * QUANTUM, QUANTUM)
+    return limit, bound
+
+
+def _pod_level_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarget:
+    pl = m.pod.pod_level
+    assert pl is not None
+    limit, bound = pod_total(summary, m, settings)
+    floor = max([pl.cpu_request or 0] + [c.cpu_limit or 0 for c in m.pod.containers])
+    if pl.mem_request is not None and pl.mem_request == pl.mem_limit:
+        # Pod-level memory is pinned: a CPU limit equal to the request would make the pod
+        # Guaranteed, which a resize may not do.
+        floor = max(floor, (pl.cpu_request or 0) + QUANTUM)
+    if limit < floor:
+        limit, bound = floor, BOUND_POD_LEVEL_FLOOR
+    current = pl.cpu_limit
+    return PodTarget(m, m.request, limit, bound, (), current, outside_deadband(current, limit, settings))
+
+
+def pod_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarget:
+    if m.pod.pod_level is not None:
+        return _pod_level_target(summary, m, settings)
+    limit, bound = pod_total(summary, m, settings)
+    r = m.request
+    new = {c.name: max(c.cpu_request, c.cpu_request * limit // r, QUANTUM) for c in m.containers}
+    # A resize may not change the QoS class: if these limits would pin every container,
+    # leave the largest one a quantum above its request.
+    after = [
+        (c.cpu_request or None, new.get(c.name, c.cpu_limit), c.mem_request, c.mem_limit) for c in m.pod.containers
+    ]
+    if new and qos_class(after) == GUARANTEED:
+        largest = max(m.containers, key=lambda c: (new[c.name], c.name))
+        new[largest.name] += QUANTUM
+    targets = tuple(
+        ContainerTarget(
+            c.name, c.cpu_request, c.cpu_limit, new[c.name], outside_deadband(c.cpu_limit, new[c.name], settings)
+        )
+        for c in m.containers
+    )
+    return PodTarget(m, r, limit, bound, targets, None, any(t.apply for t in targets))
+
+
+def compute_node(
+    allocatable: int, pods: Iterable[Pod], managed: Sequence[Managed], settings: Settings
+) -> tuple[NodeSummary, list[PodTarget]]:
+    """The whole policy for one node. Deterministic; no I/O."""
+    summary = summarize(allocatable, booked(pods), managed)
+    return summary, [pod_target(summary, m, settings) for m in managed]

@@ -1,0 +1,192 @@
+"""How `headroom plan` and `headroom explain` print a plan: SPEC §13 JSON, or text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core.planner import ClusterPlan, NodePlan, PodPlan
+from .core.quantity import format_milli
+
+
+def _mode(n: NodePlan) -> str:
+    if n.settings.dry_run:
+        return "DryRun"
+    return "Paused" if n.settings.paused else "Active"
+
+
+def node_json(n: NodePlan) -> dict[str, Any]:
+    s = n.summary
+    return {
+        "name": n.node.name,
+        "pool": n.settings.pool,
+        "allocatableMilli": s.allocatable,
+        "bookedMilli": s.booked,
+        "slackMilli": s.slack,
+        "managedRequestsMilli": s.managed_requests,
+        "managedPods": s.managed_pods,
+        "factor": round(s.factor, 2),
+        "dryRun": n.settings.dry_run,
+    }
+
+
+def pod_json(p: PodPlan) -> dict[str, Any]:
+    t = p.target
+    pod = p.pod
+    if t is None:
+        return {
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "node": pod.node_name,
+            "managed": False,
+            "reason": p.reason,
+            "requestMilli": pod.booked_cpu,
+            "targetLimitMilli": None,
+            "apply": False,
+            "containers": [
+                {
+                    "name": c.name,
+                    "requestMilli": c.cpu_request,
+                    "currentLimitMilli": c.cpu_limit,
+                    "targetLimitMilli": None,
+                    "apply": False,
+                }
+                for c in pod.containers
+            ],
+        }
+    computed = {c.name: c for c in t.containers}
+    return {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "node": pod.node_name,
+        "managed": True,
+        "reason": p.reason,
+        "requestMilli": t.request,
+        "targetLimitMilli": t.target,
+        "apply": t.apply,
+        "containers": [
+            {
+                "name": c.name,
+                "requestMilli": c.cpu_request,
+                "currentLimitMilli": c.cpu_limit,
+                "targetLimitMilli": computed[c.name].target if c.name in computed else None,
+                "apply": computed[c.name].apply if c.name in computed else False,
+            }
+            for c in pod.containers
+        ],
+    }
+
+
+def plan_json(plan: ClusterPlan) -> dict[str, Any]:
+    return {"nodes": [node_json(n) for n in plan.nodes], "pods": [pod_json(p) for p in plan.all_pods()]}
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _current(p: PodPlan) -> str:
+    t = p.target
+    if t is None:
+        return "-"
+    if t.pod_level:
+        return format_milli(t.pod_level_current) if t.pod_level_current is not None else "none"
+    if any(c.current is None for c in t.containers):
+        return "none"
+    return format_milli(sum(c.current or 0 for c in t.containers))
+
+
+def plan_table(plan: ClusterPlan) -> str:
+    nodes = [["NODE", "POOL", "ALLOCATABLE", "BOOKED", "SLACK", "MANAGED", "FACTOR", "MODE"]]
+    for n in plan.nodes:
+        s = n.summary
+        nodes.append(
+            [
+                n.node.name,
+                n.settings.pool or "-",
+                format_milli(s.allocatable),
+                format_milli(s.booked),
+                format_milli(s.slack) if s.slack >= 0 else f"-{format_milli(-s.slack)}",
+                str(s.managed_pods),
+                f"{s.factor:.2f}",
+                _mode(n),
+            ]
+        )
+    pods = [["NAMESPACE", "POD", "NODE", "REASON", "REQUEST", "LIMIT", "TARGET", "WRITE"]]
+    for p in plan.all_pods():
+        t = p.target
+        pods.append(
+            [
+                p.pod.namespace,
+                p.pod.name,
+                p.pod.node_name or "-",
+                p.reason,
+                format_milli(t.request if t else p.pod.booked_cpu),
+                _current(p),
+                format_milli(t.target) if t else "-",
+                ("yes" if t.apply else "no") if t else "-",
+            ]
+        )
+    warnings = [f"warning: {p.pod.key}: {p.warning}" for p in plan.all_pods() if p.warning]
+    return "\n\n".join([_table(nodes), _table(pods), *(["\n".join(warnings)] if warnings else [])])
+
+
+def explain(plan: ClusterPlan, key: str) -> str | None:
+    """The arithmetic behind one pod's limit, or None when the pod is not in the plan."""
+    for n in plan.nodes:
+        for p in n.pods:
+            if p.pod.key == key:
+                return _explain(n, p)
+    for p in plan.unbound:
+        if p.pod.key == key:
+            return f"{key}: not managed ({p.reason}): it is not bound to a node in the input."
+    return None
+
+
+def _explain(n: NodePlan, p: PodPlan) -> str:
+    s, st = n.summary, n.settings
+    lines = [
+        f"pod {p.pod.key} on node {n.node.name} (pool {st.pool or '(none)'}{', dry-run' if st.dry_run else ''})",
+        f"  node: allocatable {format_milli(s.allocatable)}, booked by all pods {format_milli(s.booked)}, "
+        f"slack S = {format_milli(s.slack)}",
+        f"  managed pods N = {s.managed_pods}, their requests M = {format_milli(s.managed_requests)}, "
+        f"factor F = 1 + S/M = {s.factor:.2f}",
+    ]
+    t = p.target
+    if t is None:
+        lines.append(f"  not managed: {p.reason}; its limits are left as they are, its requests count in the booking")
+        return "\n".join(lines)
+    r = t.request
+    if s.slack > 0:
+        prop = s.slack * r // s.managed_requests
+        floor = min(st.min_burst_floor, s.slack // s.managed_pods)
+        lines.append(
+            f"  burst = max(S*r/M = {format_milli(prop)}, min(minBurstFloor {format_milli(st.min_burst_floor)}, "
+            f"S/N = {format_milli(s.slack // s.managed_pods)}) = {format_milli(floor)}) = {format_milli(max(prop, floor))}"
+        )
+        lines.append(f"  limit = request {format_milli(r)} + burst = {format_milli(r + max(prop, floor))}")
+    else:
+        lines.append("  the node has no slack: the limit is the request")
+    mult = "none" if not st.max_multiplier else f"{float(st.max_multiplier):g}x"
+    lines.append(
+        f"  caps: maxMultiplier {mult}, allocatable {format_milli(s.allocatable)}, "
+        f"max-cpu annotation {format_milli(t.managed.user_cap) if t.managed.user_cap else 'none'}"
+    )
+    lines.append(f"  target {format_milli(t.target)} (decided by: {t.bound}; quantized to 10m)")
+    if t.pod_level:
+        cur = format_milli(t.pod_level_current) if t.pod_level_current is not None else "none"
+        lines.append(
+            f"  pod-level limit: {cur} -> {format_milli(t.target)}{'' if t.apply else ' (within deadband, not written)'}"
+        )
+    for c in t.containers:
+        cur = format_milli(c.current) if c.current is not None else "none"
+        note = "" if c.apply else " (within deadband)"
+        lines.append(
+            f"  container {c.name}: request {format_milli(c.request)}, limit {cur} -> {format_milli(c.target)}{note}"
+        )
+    lines.append(
+        "  write: " + ("yes" if t.apply and not st.dry_run else "dry-run only" if t.apply else "no, already at target")
+    )
+    if p.warning:
+        lines.append(f"  warning: {p.warning}")
+    return "\n".join(lines)

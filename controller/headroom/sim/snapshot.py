@@ -1,0 +1,93 @@
+"""Load a cluster snapshot: a `kubectl get ... -o yaml|json` List or multi-document YAML
+holding Nodes, Pods, Namespaces, a HeadroomConfig and NodePoolProfiles."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from ..api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from
+from ..api.validate import objects
+from ..core import keys
+from ..core.params import Resolver
+from ..core.records import Namespace, Node, Pod, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be used; the message names file, object and field."""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    nodes: list[Node] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+    config: HeadroomConfig | None = None
+    profiles: list[NodePoolProfile] = field(default_factory=list)
+
+    def resolver(self) -> Resolver:
+        return Resolver.build(settings_from(self.config), (profile_from(p) for p in self.profiles))
+
+
+def _parse(path: Path) -> list[Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror}") from None
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SnapshotError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+        return data if isinstance(data, list) else [data]
+    try:
+        return [d for d in YAML(typ="safe").load_all(text) if d is not None]
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise SnapshotError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def _first_error(path: Path, obj: dict[str, Any], exc: ValidationError) -> SnapshotError:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    name = (obj.get("metadata") or {}).get("name", "?")
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return SnapshotError(
+        f"{path}: {obj.get('kind')}/{name}: {where}: {msg} (run `headroom validate {path}` for all errors)"
+    )
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    snap = Snapshot()
+    for obj in objects(_parse(path)):
+        if not isinstance(obj, dict):
+            raise SnapshotError(f"{path}: a document is not a Kubernetes object (got {type(obj).__name__})")
+        kind = obj.get("kind")
+        try:
+            if kind == "Node":
+                snap.nodes.append(node_from_dict(obj))
+            elif kind == "Pod":
+                snap.pods.append(pod_from_dict(obj))
+            elif kind == "Namespace":
+                ns = namespace_from_dict(obj)
+                snap.namespaces[ns.name] = ns
+            elif kind == keys.CONFIG_KIND:
+                if snap.config is not None:
+                    raise SnapshotError(
+                        f"{path}: HeadroomConfig: more than one in the snapshot; keep the one named 'cluster'"
+                    )
+                snap.config = HeadroomConfig.model_validate(obj)
+            elif kind == keys.PROFILE_KIND:
+                snap.profiles.append(NodePoolProfile.model_validate(obj))
+        except RecordError as exc:
+            raise SnapshotError(f"{path}: {exc}") from None
+        except ValidationError as exc:
+            raise _first_error(path, obj, exc) from None
+    return snap

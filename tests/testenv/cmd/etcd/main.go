@@ -1,0 +1,13 @@
+// Command etcd is the upstream etcd server at the version the pinned Kubernetes release
+// is tested against (taken from k8s.io/kubernetes's own go.mod).
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}

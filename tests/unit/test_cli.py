@@ -1,0 +1,192 @@
+"""The command line as a user meets it: real subprocesses of the installed entry point."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT = ROOT / "examples" / "cluster-snapshot.yaml"
+
+
+def headroom(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "headroom", *args], capture_output=True, text=True, cwd=cwd, timeout=60
+    )
+
+
+@pytest.fixture(scope="module")
+def plan():
+    r = headroom("plan", "--snapshot", str(SNAPSHOT), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+NODE_KEYS = [
+    "name",
+    "pool",
+    "allocatableMilli",
+    "bookedMilli",
+    "slackMilli",
+    "managedRequestsMilli",
+    "managedPods",
+    "factor",
+    "dryRun",
+]
+POD_KEYS = ["namespace", "name", "node", "managed", "reason", "requestMilli", "targetLimitMilli", "apply", "containers"]
+CONTAINER_KEYS = ["name", "requestMilli", "currentLimitMilli", "targetLimitMilli", "apply"]
+
+
+def test_plan_json_has_exactly_the_spec_shape(plan):
+    assert list(plan) == ["nodes", "pods"]
+    for n in plan["nodes"]:
+        assert list(n) == NODE_KEYS
+        assert isinstance(n["factor"], float) and isinstance(n["dryRun"], bool)
+    for p in plan["pods"]:
+        assert list(p) == POD_KEYS
+        for c in p["containers"]:
+            assert list(c) == CONTAINER_KEYS
+        if not p["managed"]:
+            assert p["targetLimitMilli"] is None and p["apply"] is False
+
+
+def test_every_pod_of_the_snapshot_appears_once(plan):
+    names = [(p["namespace"], p["name"]) for p in plan["pods"]]
+    assert len(names) == len(set(names)) == SNAPSHOT.read_text().count("\nkind: Pod\n")
+
+
+def test_plan_of_the_example_cluster(plan):
+    pods = {p["name"]: p for p in plan["pods"]}
+    # the design's worked example on batch-1
+    assert [pods[n]["targetLimitMilli"] for n in ("build-a", "build-b", "build-c")] == [1500, 3000, 12000]
+    batch = next(n for n in plan["nodes"] if n["name"] == "batch-1")
+    assert (batch["pool"], batch["factor"], batch["slackMilli"]) == ("batch", 2.0, 8000)
+    reasons = {p["reason"] for p in plan["pods"]}
+    assert {
+        "Managed",
+        "NamespaceExcluded",
+        "NamespaceNotManaged",
+        "NotBurstable",
+        "PodOptedOut",
+        "RestartOnResize",
+        "Terminal",
+        "NotBound",
+        "OwnerKindExcluded",
+        "WindowsNode",
+    } <= reasons
+    # istio-proxy is excluded by name: it keeps its limit and gets no target
+    web = {c["name"]: c for c in pods["web-7f9c-a"]["containers"]}
+    assert web["istio-proxy"]["targetLimitMilli"] is None and web["istio-proxy"]["currentLimitMilli"] == 200
+    # the lat-1 node declares in-place pod-level resize, so the pod-level pod is managed
+    assert pods["etl-pod-level"]["managed"] is True
+
+
+def test_plan_table_is_readable():
+    r = headroom("plan", "--snapshot", str(SNAPSHOT))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split() == [
+        "NODE",
+        "POOL",
+        "ALLOCATABLE",
+        "BOOKED",
+        "SLACK",
+        "MANAGED",
+        "FACTOR",
+        "MODE",
+    ]
+    assert "build-c" in r.stdout and "12" in r.stdout
+
+
+def test_plan_reads_a_kubectl_json_list(tmp_path):
+    from ruamel.yaml import YAML
+
+    docs = list(YAML(typ="safe").load_all(SNAPSHOT.read_text()))
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    r = headroom("plan", "--snapshot", str(path), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["pods"]) == SNAPSHOT.read_text().count("\nkind: Pod\n")
+
+
+def test_explain_shows_the_arithmetic():
+    r = headroom("explain", "ci/build-a", "--snapshot", str(SNAPSHOT))
+    assert r.returncode == 0, r.stderr
+    assert "slack S = 8" in r.stdout and "target 1500m (decided by: minBurstFloor" in r.stdout
+    r = headroom("explain", "nope", "-n", "ci", "--snapshot", str(SNAPSHOT))
+    assert r.returncode == 2 and "ci/nope is not in" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a}\nspec:\n  nodeName: n\n  containers:\n"
+            "  - name: c\n    resources: {requests: {cpu: lots}}\n",
+            "Pod/a/p: spec.containers[0].resources.requests.cpu: 'lots' is not a quantity",
+        ),
+        ("key: [unclosed\n", "not valid YAML"),
+        ('{"kind": "List", "items": [\n', "not valid JSON"),
+        ("apiVersion: v1\nkind: Node\nmetadata: {}\n", "Node/?: metadata.name is required"),
+        ("- just\n- a list\n", "not a Kubernetes object"),
+        (
+            "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\nspec: {maxMultiplier: 0.5}\n",
+            "HeadroomConfig/cluster: spec.maxMultiplier: 0.5 is not allowed",
+        ),
+    ],
+)
+def test_bad_snapshot_is_one_line_exit_2(tmp_path, content, expected):
+    path = tmp_path / "snap.yaml"
+    path.write_text(content)
+    r = headroom("plan", "--snapshot", str(path))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert str(path) in r.stderr and expected in r.stderr, r.stderr
+
+
+def test_missing_snapshot_file():
+    r = headroom("plan", "--snapshot", "/nonexistent/snap.yaml")
+    assert r.returncode == 2 and "/nonexistent/snap.yaml: cannot read" in r.stderr
+
+
+def test_validate_exit_codes_and_message_format(tmp_path):
+    good = headroom("validate", "examples/headroomconfig.yaml", "examples/nodepoolprofiles.yaml")
+    assert good.returncode == 0 and "3 HeadroomConfig/NodePoolProfile object(s) valid" in good.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: NodePoolProfile\nmetadata:\n  name: batch\n"
+        "spec:\n  nodeSelector:\n    matchLabels: {pool: batch}\n  deadband:\n    grow: 0.05\n    shrink: 0.1\n"
+        "  priorty: 3\n"
+    )
+    r = headroom("validate", str(bad))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert (
+        f"{bad}:8:3: NodePoolProfile/batch: spec.deadband: shrink (0.1) must be less than or equal to grow (0.05)"
+        in lines
+    )
+    assert any(
+        line.startswith(f"{bad}:11:3: NodePoolProfile/batch: spec.priorty: unknown field 'priorty'; allowed here:")
+        for line in lines
+    )
+    notyaml = tmp_path / "x.yaml"
+    notyaml.write_text("a: [\n")
+    r = headroom("validate", str(notyaml))
+    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_crds_check_detects_a_stale_directory(tmp_path):
+    assert headroom("crds", "--check").returncode == 0
+    r = headroom("crds", "--write", "--dir", str(tmp_path))
+    assert r.returncode == 0
+    target = tmp_path / "kube-headroom.dev_nodepoolprofiles.yaml"
+    target.write_text(target.read_text().replace("npp", "np"))
+    r = headroom("crds", "--check", "--dir", str(tmp_path))
+    assert r.returncode == 1 and "kube-headroom.dev_nodepoolprofiles.yaml: stale" in r.stderr
+
+
+def test_kubectl_plugin_name_is_installed():
+    import shutil
+
+    assert shutil.which("kubectl-headroom") and shutil.which("headroom")

@@ -1,0 +1,137 @@
+"""Slim records from raw JSON: booking rules, QoS, pod-level resources, errors."""
+
+import json
+
+import pytest
+
+from factories import container, node, pod
+from headroom.core.records import (
+    APP,
+    BEST_EFFORT,
+    BURSTABLE,
+    GUARANTEED,
+    INIT,
+    SIDECAR,
+    RecordError,
+    node_from_dict,
+    pod_from_dict,
+)
+
+
+def test_booking_is_the_sum_of_app_containers():
+    p = pod_from_dict(pod(containers=[container("a", "500m"), container("b", "1")]))
+    assert p.booked_cpu == 1500
+    assert [c.kind for c in p.containers] == [APP, APP]
+
+
+def test_an_init_container_larger_than_the_app_books_its_own_request():
+    p = pod_from_dict(pod(containers=[container("a", "500m")], init=[container("migrate", "2")]))
+    assert p.booked_cpu == 2000
+    assert p.containers[-1].kind == INIT
+
+
+def test_sidecars_add_to_apps_and_to_later_init_containers():
+    raw = pod(
+        containers=[container("a", "1")],
+        init=[
+            container("log", "300m", sidecar=True),
+            container("migrate", "1500m"),
+            container("mesh", "200m", sidecar=True),
+        ],
+    )
+    p = pod_from_dict(raw)
+    # app 1000 + sidecars 500 = 1500; migrate 1500 + sidecars declared before it (300) = 1800
+    assert p.booked_cpu == 1800
+    assert {c.name: c.kind for c in p.containers} == {"a": APP, "log": SIDECAR, "migrate": INIT, "mesh": SIDECAR}
+
+
+def test_overhead_is_added():
+    assert pod_from_dict(pod(containers=[container("a", "1")], overhead="250m")).booked_cpu == 1250
+
+
+def test_an_in_flight_resize_books_the_largest_of_spec_allocated_and_actual():
+    raw = pod(
+        containers=[container("a", "500m")],
+        status={
+            "containerStatuses": [
+                {"name": "a", "allocatedResources": {"cpu": "800m"}, "resources": {"requests": {"cpu": "700m"}}}
+            ]
+        },
+    )
+    assert pod_from_dict(raw).booked_cpu == 800
+    raw["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"] = "900m"
+    assert pod_from_dict(raw).booked_cpu == 900
+
+
+def test_pod_level_request_replaces_the_container_sum():
+    raw = pod(
+        containers=[container("a", "100m"), container("b", None, mem=None, mem_limit=None)],
+        pod_resources={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+        overhead="100m",
+    )
+    p = pod_from_dict(raw)
+    assert p.pod_level is not None and p.pod_level.cpu_request == 1000 and p.pod_level.cpu_limit == 2000
+    assert p.booked_cpu == 1100
+    assert p.qos == BURSTABLE
+
+
+@pytest.mark.parametrize(
+    "containers,qos",
+    [
+        ([container("a", "1", "1", "1Gi", "1Gi")], GUARANTEED),
+        ([container("a", None, "1", None, "1Gi")], GUARANTEED),  # requests default to limits
+        ([container("a", None, None, None, None)], BEST_EFFORT),
+        ([container("a", "1", "2")], BURSTABLE),
+        ([container("a", "1", "1", "1Gi", "1Gi"), container("b", "1", None, "1Gi", "1Gi")], BURSTABLE),
+    ],
+)
+def test_qos_class_follows_kubernetes(containers, qos):
+    assert pod_from_dict(pod(containers=containers)).qos == qos
+
+
+def test_qos_class_reported_by_the_server_wins():
+    raw = pod(containers=[container("a", "1", "2")], status={"qosClass": "Burstable"})
+    assert pod_from_dict(raw).qos == BURSTABLE
+
+
+def test_terminal_deleting_mirror_owner_and_mode_are_read():
+    raw = pod(
+        phase="Succeeded",
+        deleting=True,
+        owner_kind="Job",
+        labels={"kube-headroom.dev/mode": "unmanaged"},
+        annotations={"kubernetes.io/config.mirror": "x", "kube-headroom.dev/max-cpu": "2"},
+    )
+    p = pod_from_dict(raw)
+    assert (p.terminal, p.deleting, p.mirror, p.owner_kind, p.mode, p.max_cpu) == (
+        True,
+        True,
+        True,
+        "Job",
+        "unmanaged",
+        "2",
+    )
+
+
+def test_infeasible_resize_is_noticed():
+    raw = pod(status={"conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]})
+    assert pod_from_dict(raw).resize_infeasible
+
+
+def test_bad_quantity_names_object_and_field():
+    raw = pod(name="web", containers=[container("a", "lots")])
+    with pytest.raises(
+        RecordError, match=r"Pod/team/web: spec\.containers\[0\]\.resources\.requests\.cpu: 'lots' is not a quantity"
+    ):
+        pod_from_dict(raw)
+
+
+def test_node_record():
+    n = node_from_dict(node("n1", "15500m", labels={"pool": "a"}, features=["X"]))
+    assert (n.name, n.allocatable_cpu, n.ready, n.windows, n.declared_features) == ("n1", 15500, True, False, ("X",))
+    assert node_from_dict(node(os="windows")).windows
+
+
+def test_records_from_json_and_from_dicts_agree():
+    raw = pod(containers=[container("a", "1", "2")], init=[container("s", "100m", sidecar=True)])
+    assert pod_from_dict(json.loads(json.dumps(raw))) == pod_from_dict(raw)
