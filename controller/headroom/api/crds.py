@@ -100,7 +100,8 @@ def _crd(
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion of this object: kube-headroom.dev/v1alpha1."},
             "kind": {"type": "string", "description": f"Kind of this object: {kind}."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # The API server allows nothing but `type` here (it owns metadata's schema).
+            "metadata": {"type": "object"},
             "spec": spec_schema,
             "status": schema_of(status),
         },

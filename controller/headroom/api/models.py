@@ -39,16 +39,22 @@ def _multiplier_ok(value: float | None) -> float | None:
     return value
 
 
+# Written to hold whether or not both fields are present: the API server also checks the
+# rule against a bare `default: {}` before nested defaults fill it in.
+_DEADBAND_CEL: dict[str, Any] = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "!has(self.shrink) || !has(self.grow) || self.shrink <= self.grow",
+            "message": "shrink must be less than or equal to grow",
+        }
+    ]
+}
+
+
 class Deadband(Model):
     """Relative changes too small to be worth a write."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "self.shrink <= self.grow", "message": "shrink must be less than or equal to grow"}
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=_DEADBAND_CEL)
     grow: float = Field(
         default=0.10, ge=0, lt=1, description="A raise smaller than this fraction of the current limit is skipped."
     )
@@ -69,16 +75,7 @@ class Deadband(Model):
 class DeadbandOverride(Model):
     """Per-pool deadbands; a field left out keeps the HeadroomConfig value."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.shrink) || !has(self.grow) || self.shrink <= self.grow",
-                    "message": "shrink must be less than or equal to grow",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=_DEADBAND_CEL)
     grow: float | None = Field(default=None, ge=0, lt=1, description="Overrides HeadroomConfig spec.deadband.grow.")
     shrink: float | None = Field(default=None, ge=0, lt=1, description="Overrides HeadroomConfig spec.deadband.shrink.")
 

@@ -1,0 +1,120 @@
+"""The real control plane for integration tests: one per test session."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from testenv.controlplane import ControlPlane, build
+from testenv.kube import Kube, KubeError, path_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    cp = ControlPlane(build())
+    try:
+        cp.start()
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"testenv: etcd + kube-apiserver {cp.url} ready in {cp.startup_seconds:.1f}s")
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Kube:
+    return control_plane.kube()
+
+
+@pytest.fixture(scope="session")
+def crds_installed(kube: Kube) -> list[str]:
+    """Install crds/ and wait until the server serves both kinds."""
+    names = []
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        crd = YAML(typ="safe").load(path.read_text())
+        kube.apply(path_for(crd), crd)
+        names.append(crd["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+            if conds.get("Established", {}).get("status") == "True":
+                break
+            assert time.monotonic() < deadline, f"{name} not Established: {conds}"
+            time.sleep(0.2)
+    return names
+
+
+@pytest.fixture
+def namespace(kube: Kube) -> Iterator[str]:
+    """A fresh namespace labelled managed; deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.create(
+        "/api/v1/namespaces",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"kube-headroom.dev/mode": "managed"}},
+        },
+    )
+    yield name
+    with contextlib.suppress(KubeError):
+        kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def make_node(kube: Kube) -> Iterator[Callable[..., str]]:
+    """Create a Ready Node with the given allocatable CPU; deleted afterwards."""
+    created: list[str] = []
+
+    def make(cpu: str = "8", labels: dict[str, str] | None = None, features: list[str] | None = None) -> str:
+        name = f"node-{uuid.uuid4().hex[:8]}"
+        kube.create(
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **(labels or {})}},
+            },
+        )
+        created.append(name)
+        status: dict[str, Any] = {
+            "allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
+            "capacity": {"cpu": cpu, "memory": "32Gi", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated",
+                    "lastHeartbeatTime": "2026-11-29T00:00:00Z",
+                    "lastTransitionTime": "2026-11-29T00:00:00Z",
+                }
+            ],
+        }
+        if features is not None:
+            status["declaredFeatures"] = features
+        kube.patch(f"/api/v1/nodes/{name}/status", {"status": status}, content_type="application/merge-patch+json")
+        return name
+
+    yield make
+    for name in created:
+        with contextlib.suppress(KubeError):
+            kube.delete(f"/api/v1/nodes/{name}")

@@ -1,0 +1,172 @@
+"""What only a real API server can say about the generated CRDs (issue 3, a–d)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from corpus_cases import invalid_cases
+from headroom.api.validate import validate_object
+from testenv.kube import Kube, KubeError, path_for
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP_PATH = "/apis/kube-headroom.dev/v1alpha1"
+
+
+def _plain(obj):
+    """ruamel round-trip data → plain JSON-able Python."""
+    import json
+
+    return json.loads(json.dumps(obj))
+
+
+def test_crds_are_established_and_structural(kube: Kube, crds_installed):
+    for name in crds_installed:
+        crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
+        assert "NonStructuralSchema" not in conds, crd["status"]["conditions"]
+
+
+def _example_objects():
+    out = []
+    for path in ("examples/headroomconfig.yaml", "examples/nodepoolprofiles.yaml"):
+        out += [d for d in YAML(typ="safe").load_all((ROOT / path).read_text()) if d]
+    return out
+
+
+@pytest.mark.parametrize("obj", _example_objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_examples_apply_server_side(kube: Kube, crds_installed, obj):
+    got = kube.apply(path_for(obj), obj)
+    assert got["metadata"]["managedFields"][0]["manager"] == "headroom-tests"
+    assert got["spec"] == {**got["spec"], **obj["spec"]}  # nothing the example set was pruned or changed
+    kube.delete(path_for(obj))
+
+
+def test_defaults_are_filled_in_by_the_schema(kube: Kube, crds_installed):
+    minimal = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
+    got = kube.apply(path_for(minimal), minimal)
+    try:
+        assert got["spec"] == {
+            "policy": "Proportional",
+            "dryRun": False,
+            "minBurstFloor": "1000m",
+            "maxMultiplier": 10,
+            "deadband": {"grow": 0.1, "shrink": 0.05},
+            "debouncePeriod": "2s",
+            "rateLimits": {"perNodePatchesPerSecond": 10, "clientQPS": 50},
+            "backoffPeriod": "5m",
+            "exclusions": {"namespaces": ["kube-system"]},
+            "webhook": {"initialMultiplier": 2},
+        }
+        # setting another exclusion keeps the kube-system default
+        patched = kube.apply(path_for(minimal), {**minimal, "spec": {"exclusions": {"ownerKinds": ["Job"]}}})
+        assert patched["spec"]["exclusions"] == {"namespaces": ["kube-system"], "ownerKinds": ["Job"]}
+    finally:
+        kube.delete(path_for(minimal))
+
+
+def test_profile_overrides_get_no_defaults(kube: Kube, crds_installed):
+    obj = {
+        "apiVersion": "kube-headroom.dev/v1alpha1",
+        "kind": "NodePoolProfile",
+        "metadata": {"name": "only-grow"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "x"}}, "deadband": {"grow": 0.3}},
+    }
+    got = kube.apply(path_for(obj), obj)
+    try:
+        assert got["spec"] == {
+            "nodeSelector": {"matchLabels": {"pool": "x"}},
+            "deadband": {"grow": 0.3},
+            "priority": 0,
+            "paused": False,
+        }
+    finally:
+        kube.delete(path_for(obj))
+
+
+CASES = invalid_cases()
+
+
+@pytest.mark.parametrize("expect,why,obj", CASES, ids=[f"{e}:{w}" for e, w, _ in CASES])
+def test_server_and_validate_reject_the_same_objects(kube: Kube, crds_installed, expect, why, obj):
+    offline = [str(p) for p in validate_object(obj, "corpus.yaml")]
+    body = _plain(obj)
+    try:
+        kube.create(
+            path_for(body, collection=True),
+            body,
+            params={"dryRun": "All", "fieldValidation": "Strict", "fieldManager": "headroom-tests"},
+        )
+        server = None
+    except KubeError as err:
+        assert err.status in (400, 422), err
+        server = err.message
+    assert server is not None and offline, (
+        f"{why}: server {'rejected' if server else 'ACCEPTED'} ({server}); "
+        f"headroom validate {'rejected' if offline else 'ACCEPTED'} ({offline})"
+    )
+    # Both name the same field, by the same path.
+    assert expect in server, f"{why}: the server's message does not name {expect!r}: {server}"
+
+
+def _table(kube: Kube, plural: str):
+    return kube.get(f"{GROUP_PATH}/{plural}", accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+
+
+def test_printer_columns(kube: Kube, crds_installed):
+    cfg = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
+    prof = {
+        "apiVersion": "kube-headroom.dev/v1alpha1",
+        "kind": "NodePoolProfile",
+        "metadata": {"name": "tbl"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "t"}}, "priority": 7},
+    }
+    kube.apply(path_for(cfg), cfg)
+    kube.apply(path_for(prof), prof)
+    try:
+        status = {
+            "status": {
+                "observedGeneration": 1,
+                "mode": "DryRun",
+                "nodes": 3,
+                "managedPods": 12,
+                "podsAtTarget": 11,
+                "pendingResizes": 1,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Reconciled",
+                        "message": "",
+                        "lastTransitionTime": "2026-11-29T00:00:00Z",
+                    }
+                ],
+            }
+        }
+        kube.patch(path_for(cfg) + "/status", status, content_type="application/merge-patch+json")
+        t = _table(kube, "headroomconfigs")
+        cols = [c["name"] for c in t["columnDefinitions"]]
+        assert cols == ["Name", "Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason"]
+        wide = [c["name"] for c in t["columnDefinitions"] if c["priority"] == 1]
+        assert wide == ["Pending", "Reason"]
+        row = t["rows"][0]["cells"]
+        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:] == [1, "Reconciled"]
+
+        t = _table(kube, "nodepoolprofiles")
+        assert [c["name"] for c in t["columnDefinitions"]] == [
+            "Name",
+            "Ready",
+            "Priority",
+            "Nodes",
+            "Managed",
+            "Factor",
+            "Mode",
+            "Age",
+        ]
+        assert t["rows"][0]["cells"][:3] == ["tbl", None, 7]
+    finally:
+        kube.delete(path_for(cfg))
+        kube.delete(path_for(prof))

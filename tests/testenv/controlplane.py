@@ -1,0 +1,184 @@
+"""Start the real etcd and kube-apiserver built by build.sh on loopback, and stop them.
+
+No kubelet, scheduler or controller-manager runs: tests create Node objects, bind pods by
+setting `spec.nodeName`, and use `kubelet.SimulatedKubelet` to write pod status.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+import urllib3
+
+from .kube import Kube
+from .pki import CA, signing_key
+
+HERE = Path(__file__).resolve().parent
+ADMIN_TOKEN = "headroom-test-admin-token"
+# Identities the tests can act as; groups decide what RBAC grants them.
+USERS = {
+    ADMIN_TOKEN: ("admin", "system:masters"),
+    "headroom-test-controller-token": ("headroom-controller", "headroom:controllers"),
+    "headroom-test-nobody-token": ("nobody", "headroom:nobody"),
+}
+
+
+def build() -> Path:
+    """Build (or reuse) the binaries; the directory holding them."""
+    proc = subprocess.run([str(HERE / "build.sh")], capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tests/testenv/build.sh failed:\n{proc.stderr}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@dataclass
+class ControlPlane:
+    bin_dir: Path
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-testenv-")))
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    port: int = 0
+    startup_seconds: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "ca.crt"
+
+    def start(self, timeout: float = 120) -> ControlPlane:
+        begin = time.monotonic()
+        atexit.register(self.stop)
+        w = self.workdir
+        self.ca = CA()
+        self.ca.write(self.ca_file)
+        serving_cert, serving_key = self.ca.issue(w, "apiserver", ["127.0.0.1", "localhost"])
+        sa_private, sa_public = signing_key(w)
+        (w / "tokens.csv").write_text(
+            "".join(f'{tok},{user},{user},"{group}"\n' for tok, (user, group) in USERS.items())
+        )
+        client, peer = _free_port(), _free_port()
+        self.port = _free_port()
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name=testenv",
+                f"--data-dir={w / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{client}",
+                f"--advertise-client-urls=http://127.0.0.1:{client}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=testenv=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # The "kubernetes" Service endpoints would need a non-loopback address; no
+                # in-cluster client exists here, so skip maintaining them.
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={serving_cert}",
+                f"--tls-private-key-file={serving_key}",
+                f"--token-auth-file={w / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa_public}",
+                f"--service-account-signing-key-file={sa_private}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                # No controller-manager creates the default ServiceAccount in test namespaces.
+                "--disable-admission-plugins=ServiceAccount",
+                "--v=1",
+            ],
+        )
+        self._wait_ready(timeout)
+        self.startup_seconds = time.monotonic() - begin
+        return self
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode}:\n{self.log_tail()}")
+            try:
+                r = requests.get(
+                    f"{self.url}/readyz",
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    verify=str(self.ca_file),
+                    timeout=5,
+                )
+                if r.status_code == 200:
+                    return
+                last = r.text
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                last = str(exc)
+            time.sleep(0.25)
+        raise RuntimeError(f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        out = []
+        for name in ("etcd", "kube-apiserver"):
+            path = self.workdir / f"{name}.log"
+            if path.exists():
+                out.append(f"--- {name}.log ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(out)
+
+    def kube(self, token: str = ADMIN_TOKEN) -> Kube:
+        return Kube(self.url, token, str(self.ca_file))
+
+    def kubeconfig(self, token: str = ADMIN_TOKEN, path: Path | None = None) -> Path:
+        path = path or self.workdir / f"kubeconfig-{USERS[token][0]}"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: testenv\n  cluster:\n    server: {self.url}\n    certificate-authority: {self.ca_file}\n"
+            f"users:\n- name: u\n  user:\n    token: {token}\n"
+            "contexts:\n- name: testenv\n  context: {cluster: testenv, user: u}\ncurrent-context: testenv\n"
+        )
+        return path
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            _stop(p)
+        self.procs.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,160 @@
+"""A simulated kubelet for tests: there is no real kubelet on the test control plane.
+
+For the pods bound to its node it does what a kubelet's status manager does around
+in-place resize (KEP-1287): it starts pods (phase Running, one status per container), and
+when a pod's desired resources differ from what it reports as running it either applies
+them — `allocatedResources` at once, `PodResizeInProgress` for `delay` seconds, then the
+new `resources` — or marks the resize `PodResizePending` with reason `Deferred` or
+`Infeasible` and applies nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import threading
+import time
+from typing import Any
+
+from .kube import MERGE, Kube, KubeError
+
+DEFERRED, INFEASIBLE = "Deferred", "Infeasible"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _resources(c: dict[str, Any]) -> dict[str, Any]:
+    res = c.get("resources") or {}
+    return {k: dict(v) for k, v in res.items() if k in ("requests", "limits") and v}
+
+
+class SimulatedKubelet:
+    def __init__(self, kube: Kube, node: str, *, delay: float = 0.0, outcome: str | None = None) -> None:
+        self.kube = kube
+        self.node = node
+        self.delay = delay
+        self.outcome = outcome  # None applies resizes; DEFERRED or INFEASIBLE refuses them
+        self.applied = 0  # resizes actuated, for assertions
+        self._in_progress: dict[str, float] = {}  # pod key -> when the resize completes
+        self.errors: list[BaseException] = []  # raised again by stop(), so a test sees them
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- one pass -------------------------------------------------------------------
+    def sync(self) -> None:
+        pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})["items"]
+        for pod in pods:
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            try:
+                self._sync_pod(pod)
+            except KubeError as err:
+                if err.status not in (404, 409):  # deleted or changed meanwhile: next pass
+                    raise
+
+    def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        self.kube.patch(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},
+            content_type=MERGE,
+        )
+
+    def _sync_pod(self, pod: dict[str, Any]) -> None:
+        meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
+        key = f"{meta['namespace']}/{meta['name']}"
+        running = {s["name"]: s for s in status.get("containerStatuses") or []}
+        desired = {c["name"]: _resources(c) for c in spec["containers"]}
+        if not running:  # start the pod with what it asked for
+            self._write_status(
+                pod,
+                {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
+                    "containerStatuses": [self._container_status(c, desired[c["name"]]) for c in spec["containers"]],
+                },
+            )
+            return
+        changed = any(running[n].get("resources", {}) != r for n, r in desired.items() if n in running)
+        conditions = [
+            c for c in status.get("conditions") or [] if c["type"] not in ("PodResizePending", "PodResizeInProgress")
+        ]
+        if not changed:
+            if len(conditions) != len(status.get("conditions") or []):
+                self._write_status(pod, {"conditions": conditions})
+            self._in_progress.pop(key, None)
+            return
+        if self.outcome is not None:
+            if not any(c["type"] == "PodResizePending" for c in status.get("conditions") or []):
+                message = "Node didn't have enough capacity" if self.outcome == INFEASIBLE else "resize deferred"
+                conditions.append(
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": self.outcome,
+                        "message": message,
+                        "lastTransitionTime": _now(),
+                    }
+                )
+                self._write_status(pod, {"conditions": conditions})
+            return
+        done_at = self._in_progress.setdefault(key, time.monotonic() + self.delay)
+        statuses = []
+        for c in spec["containers"]:
+            st = copy.deepcopy(running.get(c["name"]) or self._container_status(c, desired[c["name"]]))
+            st["allocatedResources"] = dict(desired[c["name"]].get("requests", {}))
+            if time.monotonic() >= done_at:
+                st["resources"] = desired[c["name"]]
+            statuses.append(st)
+        if time.monotonic() < done_at:
+            if not any(c["type"] == "PodResizeInProgress" for c in status.get("conditions") or []):
+                conditions.append({"type": "PodResizeInProgress", "status": "True", "lastTransitionTime": _now()})
+                self._write_status(pod, {"conditions": conditions, "containerStatuses": statuses})
+            return
+        self._write_status(pod, {"conditions": conditions, "containerStatuses": statuses})
+        self._in_progress.pop(key, None)
+        self.applied += 1
+
+    @staticmethod
+    def _container_status(c: dict[str, Any], resources: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": _now()}},
+            "allocatedResources": dict(resources.get("requests", {})),
+            "resources": resources,
+        }
+
+    # --- in the background ----------------------------------------------------------
+    def start(self, interval: float = 0.1) -> SimulatedKubelet:
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.sync()
+                except Exception as exc:  # reported by stop()
+                    self.errors.append(exc)
+                    return
+                self._stop.wait(interval)
+
+        self._thread = threading.Thread(target=loop, name=f"kubelet-{self.node}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self.errors:
+            raise RuntimeError(f"simulated kubelet on {self.node} failed") from self.errors[0]
+
+    def __enter__(self) -> SimulatedKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
