@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from testenv.controlplane import ControlPlane, build
-from testenv.kube import Kube, KubeError, path_for
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError
+from headroom.sim.controlplane import ControlPlane, build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,22 +38,22 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def kube(control_plane: ControlPlane) -> Kube:
-    return control_plane.kube()
+def api(control_plane: ControlPlane) -> Api:
+    return control_plane.api()
 
 
 @pytest.fixture(scope="session")
-def crds_installed(kube: Kube) -> list[str]:
+def crds_installed(api: Api) -> list[str]:
     """Install crds/ and wait until the server serves both kinds."""
     names = []
     for path in sorted((ROOT / "crds").glob("*.yaml")):
         crd = YAML(typ="safe").load(path.read_text())
-        kube.apply(path_for(crd), crd)
+        api.apply(crd, "headroom-tests")
         names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + 30
     for name in names:
         while True:
-            crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
             conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
             if conds.get("Established", {}).get("status") == "True":
                 break
@@ -63,10 +63,10 @@ def crds_installed(kube: Kube) -> list[str]:
 
 
 @pytest.fixture
-def namespace(kube: Kube) -> Iterator[str]:
+def namespace(api: Api) -> Iterator[str]:
     """A fresh namespace labelled managed; deleted afterwards."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    kube.create(
+    api.post(
         "/api/v1/namespaces",
         {
             "apiVersion": "v1",
@@ -75,18 +75,18 @@ def namespace(kube: Kube) -> Iterator[str]:
         },
     )
     yield name
-    with contextlib.suppress(KubeError):
-        kube.delete(f"/api/v1/namespaces/{name}")
+    with contextlib.suppress(ApiError):
+        api.delete(f"/api/v1/namespaces/{name}")
 
 
 @pytest.fixture
-def make_node(kube: Kube) -> Iterator[Callable[..., str]]:
+def make_node(api: Api) -> Iterator[Callable[..., str]]:
     """Create a Ready Node with the given allocatable CPU; deleted afterwards."""
     created: list[str] = []
 
     def make(cpu: str = "8", labels: dict[str, str] | None = None, features: list[str] | None = None) -> str:
         name = f"node-{uuid.uuid4().hex[:8]}"
-        kube.create(
+        api.post(
             "/api/v1/nodes",
             {
                 "apiVersion": "v1",
@@ -111,10 +111,10 @@ def make_node(kube: Kube) -> Iterator[Callable[..., str]]:
         }
         if features is not None:
             status["declaredFeatures"] = features
-        kube.patch(f"/api/v1/nodes/{name}/status", {"status": status}, content_type="application/merge-patch+json")
+        api.patch(f"/api/v1/nodes/{name}/status", {"status": status}, MERGE_PATCH)
         return name
 
     yield make
     for name in created:
-        with contextlib.suppress(KubeError):
-            kube.delete(f"/api/v1/nodes/{name}")
+        with contextlib.suppress(ApiError):
+            api.delete(f"/api/v1/nodes/{name}")

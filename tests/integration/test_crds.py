@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 
 from corpus_cases import invalid_cases
 from headroom.api.validate import validate_object
-from testenv.kube import Kube, KubeError, path_for
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/kube-headroom.dev/v1alpha1"
@@ -22,9 +22,9 @@ def _plain(obj):
     return json.loads(json.dumps(obj))
 
 
-def test_crds_are_established_and_structural(kube: Kube, crds_installed):
+def test_crds_are_established_and_structural(api: Api, crds_installed):
     for name in crds_installed:
-        crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
         assert conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
         assert "NonStructuralSchema" not in conds, crd["status"]["conditions"]
@@ -38,16 +38,16 @@ def _example_objects():
 
 
 @pytest.mark.parametrize("obj", _example_objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
-def test_examples_apply_server_side(kube: Kube, crds_installed, obj):
-    got = kube.apply(path_for(obj), obj)
+def test_examples_apply_server_side(api: Api, crds_installed, obj):
+    got = api.apply(obj, "headroom-tests")
     assert got["metadata"]["managedFields"][0]["manager"] == "headroom-tests"
     assert got["spec"] == {**got["spec"], **obj["spec"]}  # nothing the example set was pruned or changed
-    kube.delete(path_for(obj))
+    api.delete(object_path(obj))
 
 
-def test_defaults_are_filled_in_by_the_schema(kube: Kube, crds_installed):
+def test_defaults_are_filled_in_by_the_schema(api: Api, crds_installed):
     minimal = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
-    got = kube.apply(path_for(minimal), minimal)
+    got = api.apply(minimal, "headroom-tests")
     try:
         assert got["spec"] == {
             "policy": "Proportional",
@@ -62,20 +62,20 @@ def test_defaults_are_filled_in_by_the_schema(kube: Kube, crds_installed):
             "webhook": {"initialMultiplier": 2},
         }
         # setting another exclusion keeps the kube-system default
-        patched = kube.apply(path_for(minimal), {**minimal, "spec": {"exclusions": {"ownerKinds": ["Job"]}}})
+        patched = api.apply({**minimal, "spec": {"exclusions": {"ownerKinds": ["Job"]}}}, "headroom-tests")
         assert patched["spec"]["exclusions"] == {"namespaces": ["kube-system"], "ownerKinds": ["Job"]}
     finally:
-        kube.delete(path_for(minimal))
+        api.delete(object_path(minimal))
 
 
-def test_profile_overrides_get_no_defaults(kube: Kube, crds_installed):
+def test_profile_overrides_get_no_defaults(api: Api, crds_installed):
     obj = {
         "apiVersion": "kube-headroom.dev/v1alpha1",
         "kind": "NodePoolProfile",
         "metadata": {"name": "only-grow"},
         "spec": {"nodeSelector": {"matchLabels": {"pool": "x"}}, "deadband": {"grow": 0.3}},
     }
-    got = kube.apply(path_for(obj), obj)
+    got = api.apply(obj, "headroom-tests")
     try:
         assert got["spec"] == {
             "nodeSelector": {"matchLabels": {"pool": "x"}},
@@ -84,24 +84,24 @@ def test_profile_overrides_get_no_defaults(kube: Kube, crds_installed):
             "paused": False,
         }
     finally:
-        kube.delete(path_for(obj))
+        api.delete(object_path(obj))
 
 
 CASES = invalid_cases()
 
 
 @pytest.mark.parametrize("expect,why,obj", CASES, ids=[f"{e}:{w}" for e, w, _ in CASES])
-def test_server_and_validate_reject_the_same_objects(kube: Kube, crds_installed, expect, why, obj):
+def test_server_and_validate_reject_the_same_objects(api: Api, crds_installed, expect, why, obj):
     offline = [str(p) for p in validate_object(obj, "corpus.yaml")]
     body = _plain(obj)
     try:
-        kube.create(
-            path_for(body, collection=True),
+        api.post(
+            object_path(body, collection=True),
             body,
             params={"dryRun": "All", "fieldValidation": "Strict", "fieldManager": "headroom-tests"},
         )
         server = None
-    except KubeError as err:
+    except ApiError as err:
         assert err.status in (400, 422), err
         server = err.message
     assert server is not None and offline, (
@@ -112,11 +112,11 @@ def test_server_and_validate_reject_the_same_objects(kube: Kube, crds_installed,
     assert expect in server, f"{why}: the server's message does not name {expect!r}: {server}"
 
 
-def _table(kube: Kube, plural: str):
-    return kube.get(f"{GROUP_PATH}/{plural}", accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+def _table(api: Api, plural: str):
+    return api.get(f"{GROUP_PATH}/{plural}", accept="application/json;as=Table;v=v1;g=meta.k8s.io")
 
 
-def test_printer_columns(kube: Kube, crds_installed):
+def test_printer_columns(api: Api, crds_installed):
     cfg = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
     prof = {
         "apiVersion": "kube-headroom.dev/v1alpha1",
@@ -124,8 +124,8 @@ def test_printer_columns(kube: Kube, crds_installed):
         "metadata": {"name": "tbl"},
         "spec": {"nodeSelector": {"matchLabels": {"pool": "t"}}, "priority": 7},
     }
-    kube.apply(path_for(cfg), cfg)
-    kube.apply(path_for(prof), prof)
+    api.apply(cfg, "headroom-tests")
+    api.apply(prof, "headroom-tests")
     try:
         status = {
             "status": {
@@ -146,8 +146,8 @@ def test_printer_columns(kube: Kube, crds_installed):
                 ],
             }
         }
-        kube.patch(path_for(cfg) + "/status", status, content_type="application/merge-patch+json")
-        t = _table(kube, "headroomconfigs")
+        api.patch(object_path(cfg) + "/status", status, MERGE_PATCH)
+        t = _table(api, "headroomconfigs")
         cols = [c["name"] for c in t["columnDefinitions"]]
         assert cols == ["Name", "Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason"]
         wide = [c["name"] for c in t["columnDefinitions"] if c["priority"] == 1]
@@ -155,7 +155,7 @@ def test_printer_columns(kube: Kube, crds_installed):
         row = t["rows"][0]["cells"]
         assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:] == [1, "Reconciled"]
 
-        t = _table(kube, "nodepoolprofiles")
+        t = _table(api, "nodepoolprofiles")
         assert [c["name"] for c in t["columnDefinitions"]] == [
             "Name",
             "Ready",
@@ -168,5 +168,5 @@ def test_printer_columns(kube: Kube, crds_installed):
         ]
         assert t["rows"][0]["cells"][:3] == ["tbl", None, 7]
     finally:
-        kube.delete(path_for(cfg))
-        kube.delete(path_for(prof))
+        api.delete(object_path(cfg))
+        api.delete(object_path(prof))

@@ -12,51 +12,57 @@ from typing import Any
 import pytest
 
 from factories import container, pod
+from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.core.records import pod_from_dict
-from testenv.kube import Kube, KubeError
-from testenv.kubelet import INFEASIBLE, SimulatedKubelet
+from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
 
 
-def _create(kube: Kube, ns: str, node: str, name: str = "p", **kw: Any) -> dict[str, Any]:
+def _create(api: Api, ns: str, node: str, name: str = "p", **kw: Any) -> dict[str, Any]:
     body = pod(name, namespace=ns, node=node, **kw)
     body["status"] = {}
-    return kube.create(f"/api/v1/namespaces/{ns}/pods", body)
+    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
 
 
-def _resize(kube: Kube, ns: str, name: str, limits: dict[str, str], container_name: str = "app") -> dict[str, Any]:
-    return kube.patch(
-        f"/api/v1/namespaces/{ns}/pods/{name}/resize",
+def _resize(api: Api, ns: str, name: str, limits: dict[str, str], container_name: str = "app") -> dict[str, Any]:
+    return resize_patch(
+        api,
+        ns,
+        name,
         {"spec": {"containers": [{"name": container_name, "resources": {"limits": limits}}]}},
-        params={"fieldManager": "headroom"},
+        manager="headroom",
     )
+
+
+def resize_patch(api: Api, ns: str, name: str, body: dict[str, Any], manager: str = "headroom-tests") -> dict[str, Any]:
+    return api.patch(pod_path(ns, name, "resize"), body, STRATEGIC_PATCH, {"fieldManager": manager})
 
 
 def _cpu_limit(p: dict[str, Any]) -> str:
     return p["spec"]["containers"][0]["resources"]["limits"]["cpu"]
 
 
-def test_raise_and_cut_a_cpu_limit_in_place(kube, namespace, make_node):
+def test_raise_and_cut_a_cpu_limit_in_place(api, namespace, make_node):
     node = make_node()
     created = _create(
-        kube, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")]
+        api, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")]
     )
     assert created["status"]["qosClass"] == "Burstable"
-    raised = _resize(kube, namespace, "p", {"cpu": "3"})
+    raised = _resize(api, namespace, "p", {"cpu": "3"})
     assert _cpu_limit(raised) == "3"
     assert raised["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "128Mi"}
     managers = {(m["manager"], m.get("subresource")) for m in raised["metadata"]["managedFields"]}
     assert ("headroom", "resize") in managers
-    cut = _resize(kube, namespace, "p", {"cpu": "600m"})
+    cut = _resize(api, namespace, "p", {"cpu": "600m"})
     assert _cpu_limit(cut) == "600m" and int(cut["metadata"]["resourceVersion"]) > int(
         raised["metadata"]["resourceVersion"]
     )
 
 
-def test_a_resize_that_would_make_the_pod_guaranteed_is_refused(kube, namespace, make_node):
+def test_a_resize_that_would_make_the_pod_guaranteed_is_refused(api, namespace, make_node):
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")])
-    with pytest.raises(KubeError) as err:
-        _resize(kube, namespace, "p", {"cpu": "500m"})
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")])
+    with pytest.raises(ApiError) as err:
+        _resize(api, namespace, "p", {"cpu": "500m"})
     assert err.value.status == 422
     assert (
         err.value.message
@@ -64,11 +70,11 @@ def test_a_resize_that_would_make_the_pod_guaranteed_is_refused(kube, namespace,
     )
 
 
-def test_a_limit_below_the_request_is_refused(kube, namespace, make_node):
+def test_a_limit_below_the_request_is_refused(api, namespace, make_node):
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
-    with pytest.raises(KubeError) as err:
-        _resize(kube, namespace, "p", {"cpu": "400m"})
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    with pytest.raises(ApiError) as err:
+        _resize(api, namespace, "p", {"cpu": "400m"})
     assert err.value.status == 422
     assert err.value.message == (
         'Pod "p" is invalid: spec.containers[0].resources.requests: Invalid value: "500m": '
@@ -76,12 +82,14 @@ def test_a_limit_below_the_request_is_refused(kube, namespace, make_node):
     )
 
 
-def test_resize_ignores_everything_but_resources(kube, namespace, make_node):
+def test_resize_ignores_everything_but_resources(api, namespace, make_node):
     """The subresource drops other changes silently (no error): a resize patch cannot harm a pod."""
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
-    got = kube.patch(
-        f"/api/v1/namespaces/{namespace}/pods/p/resize",
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    got = resize_patch(
+        api,
+        namespace,
+        "p",
         {
             "metadata": {"labels": {"x": "y"}},
             "spec": {"containers": [{"name": "app", "image": "other:2", "resources": {"limits": {"cpu": "2"}}}]},
@@ -95,12 +103,12 @@ def test_resize_ignores_everything_but_resources(kube, namespace, make_node):
 POD_LEVEL = ["InPlacePodLevelResourcesVerticalScaling"]
 
 
-def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature(kube, namespace, make_node):
+def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature(api, namespace, make_node):
     node = make_node()  # no status.declaredFeatures, like a kubelet that predates them
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    _create(kube, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    with pytest.raises(KubeError) as err:
-        kube.patch(f"/api/v1/namespaces/{namespace}/pods/p/resize", {"spec": {"resources": {"limits": {"cpu": "3"}}}})
+    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    with pytest.raises(ApiError) as err:
+        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "3"}}}})
     assert err.value.status == 403
     assert err.value.message == (
         'pods "p" is forbidden: pod update requires features InPlacePodLevelResourcesVerticalScaling '
@@ -108,71 +116,67 @@ def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature
     )
 
 
-def test_pod_level_cpu_limit_resizes_in_place_on_this_release(kube, namespace, make_node):
+def test_pod_level_cpu_limit_resizes_in_place_on_this_release(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    _create(kube, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    got = kube.patch(
-        f"/api/v1/namespaces/{namespace}/pods/p/resize",
+    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    got = resize_patch(
+        api,
+        namespace,
+        "p",
         {"spec": {"resources": {"limits": {"cpu": "3"}}}},
-        params={"fieldManager": "headroom"},
+        manager="headroom",
     )
     assert got["spec"]["resources"]["limits"]["cpu"] == "3"
-    with pytest.raises(KubeError) as err:
-        kube.patch(
-            f"/api/v1/namespaces/{namespace}/pods/p/resize", {"spec": {"resources": {"limits": {"cpu": "400m"}}}}
-        )
+    with pytest.raises(ApiError) as err:
+        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "400m"}}}})
     assert err.value.status == 422
     assert err.value.message == (
         'Pod "p" is invalid: spec.resources.requests: Invalid value: "500m": must be less than or equal to cpu limit of 400m'
     )
 
 
-def test_pod_level_memory_pinned_keeps_cpu_above_request(kube, namespace, make_node):
+def test_pod_level_memory_pinned_keeps_cpu_above_request(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}
-    _create(kube, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    with pytest.raises(KubeError) as err:
-        kube.patch(
-            f"/api/v1/namespaces/{namespace}/pods/p/resize", {"spec": {"resources": {"limits": {"cpu": "100m"}}}}
-        )
+    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    with pytest.raises(ApiError) as err:
+        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "100m"}}}})
     assert (
         err.value.message
         == 'Pod "p" is invalid: spec: Invalid value: "Burstable": Pod QOS Class may not change as a result of resizing'
     )
-    got = kube.patch(
-        f"/api/v1/namespaces/{namespace}/pods/p/resize", {"spec": {"resources": {"limits": {"cpu": "110m"}}}}
-    )
+    got = resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "110m"}}}})
     assert got["spec"]["resources"]["limits"]["cpu"] == "110m"
 
 
-def test_pod_level_limit_cannot_go_under_a_container_limit(kube, namespace, make_node):
+def test_pod_level_limit_cannot_go_under_a_container_limit(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     _create(
-        kube,
+        api,
         namespace,
         node,
         containers=[container(cpu="100m", limit="400m", mem=None, mem_limit=None)],
         pod_resources=res,
     )
-    with pytest.raises(KubeError) as err:
-        kube.patch(
-            f"/api/v1/namespaces/{namespace}/pods/p/resize", {"spec": {"resources": {"limits": {"cpu": "300m"}}}}
-        )
+    with pytest.raises(ApiError) as err:
+        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "300m"}}}})
     assert err.value.message == (
         'Pod "p" is invalid: spec.resources.containers[0][cpu].limits: Invalid value: "400m": '
         "must be less than or equal to pod limits of 300m"
     )
 
 
-def test_resize_admission_checks_node_allocatable(kube, namespace, make_node):
+def test_resize_admission_checks_node_allocatable(api, namespace, make_node):
     """A 403 that is not a quota: the node cannot hold the pod's requests."""
     node = make_node(cpu="1")
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
-    with pytest.raises(KubeError) as err:
-        kube.patch(
-            f"/api/v1/namespaces/{namespace}/pods/p/resize",
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    with pytest.raises(ApiError) as err:
+        resize_patch(
+            api,
+            namespace,
+            "p",
             {
                 "spec": {
                     "containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]
@@ -185,11 +189,11 @@ def test_resize_admission_checks_node_allocatable(kube, namespace, make_node):
     )
 
 
-def _pod_when(kube: Kube, path: str, predicate, timeout: float = 10.0) -> dict[str, Any]:
+def _pod_when(api: Api, path: str, predicate, timeout: float = 10.0) -> dict[str, Any]:
     """The pod, as soon as `predicate(pod)` holds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        p = kube.get(path)
+        p = api.get(path)
         if predicate(p):
             return p
         time.sleep(0.1)
@@ -208,43 +212,43 @@ def _actual_cpu_limit(p: dict[str, Any]) -> str:
     return p["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"]
 
 
-def test_simulated_kubelet_starts_pods_and_applies_resizes(kube, namespace, make_node):
+def test_simulated_kubelet_starts_pods_and_applies_resizes(api, namespace, make_node):
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
-    with SimulatedKubelet(kube, node, delay=1.0) as kubelet:
-        started = _pod_when(kube, path, _running)
+    with SimulatedKubelet(api, node, delay=1.0) as kubelet:
+        started = _pod_when(api, path, _running)
         assert _actual_cpu_limit(started) == "1"
-        _resize(kube, namespace, "p", {"cpu": "2"})
-        in_flight = _pod_when(kube, path, _has_condition("PodResizeInProgress"))
+        _resize(api, namespace, "p", {"cpu": "2"})
+        in_flight = _pod_when(api, path, _has_condition("PodResizeInProgress"))
         assert _actual_cpu_limit(in_flight) == "1"
-        done = _pod_when(kube, path, lambda p: _actual_cpu_limit(p) == "2")
+        done = _pod_when(api, path, lambda p: _actual_cpu_limit(p) == "2")
         assert not any(c["type"].startswith("PodResize") for c in done["status"]["conditions"])
         assert kubelet.applied == 1
 
 
-def test_simulated_kubelet_books_the_larger_request_while_a_resize_is_in_flight(kube, namespace, make_node):
+def test_simulated_kubelet_books_the_larger_request_while_a_resize_is_in_flight(api, namespace, make_node):
     """What the controller's booking reads: allocatedResources moves before resources do."""
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
-    with SimulatedKubelet(kube, node, delay=1.5):
-        _pod_when(kube, path, _running)
-        kube.patch(
-            f"{path}/resize", {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "800m"}}}]}}
+    with SimulatedKubelet(api, node, delay=1.5):
+        _pod_when(api, path, _running)
+        resize_patch(
+            api, namespace, "p", {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "800m"}}}]}}
         )
-        p = _pod_when(kube, path, lambda p: p["status"]["containerStatuses"][0]["allocatedResources"]["cpu"] == "800m")
+        p = _pod_when(api, path, lambda p: p["status"]["containerStatuses"][0]["allocatedResources"]["cpu"] == "800m")
         assert _actual_cpu_limit(p) == "1"  # the kubelet has not actuated it yet
         assert pod_from_dict(p).booked_cpu == 800
 
 
-def test_simulated_kubelet_reports_infeasible(kube, namespace, make_node):
+def test_simulated_kubelet_reports_infeasible(api, namespace, make_node):
     node = make_node()
-    _create(kube, namespace, node, containers=[container(cpu="500m", limit="1")])
+    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
-    with SimulatedKubelet(kube, node, outcome=INFEASIBLE) as kubelet:
-        _pod_when(kube, path, _running)
-        _resize(kube, namespace, "p", {"cpu": "64"})
-        p = _pod_when(kube, path, _has_condition("PodResizePending"))
+    with SimulatedKubelet(api, node, outcome=INFEASIBLE) as kubelet:
+        _pod_when(api, path, _running)
+        _resize(api, namespace, "p", {"cpu": "64"})
+        p = _pod_when(api, path, _has_condition("PodResizePending"))
         assert pod_from_dict(p).resize_infeasible
         assert kubelet.applied == 0

@@ -1,6 +1,7 @@
-"""Start the real etcd and kube-apiserver built by build.sh on loopback, and stop them.
+"""A real etcd and kube-apiserver on loopback, for the tests and `headroom demo`.
 
-No kubelet, scheduler or controller-manager runs: tests create Node objects, bind pods by
+The binaries come from `tests/testenv/build.sh` (built from pinned Go modules). No
+kubelet, scheduler or controller-manager runs: callers create Node objects, bind pods by
 setting `spec.nodeName`, and use `kubelet.SimulatedKubelet` to write pod status.
 """
 
@@ -17,13 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-import urllib3
-
-from .kube import Kube
+from ..cluster.api import Api, ApiError, connect
 from .pki import CA, signing_key
 
-HERE = Path(__file__).resolve().parent
 ADMIN_TOKEN = "headroom-test-admin-token"
 # Identities the tests can act as; groups decide what RBAC grants them.
 USERS = {
@@ -33,11 +30,26 @@ USERS = {
 }
 
 
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message says why."""
+
+
+def build_script() -> Path:
+    """tests/testenv/build.sh of the source tree this package runs from (or the cwd's)."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        script = root / "tests" / "testenv" / "build.sh"
+        if script.exists():
+            return script
+    raise ControlPlaneError(
+        "tests/testenv/build.sh not found: run from a kube-headroom source checkout (pip install -e .)"
+    )
+
+
 def build() -> Path:
     """Build (or reuse) the binaries; the directory holding them."""
-    proc = subprocess.run([str(HERE / "build.sh")], capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([str(build_script())], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
-        raise RuntimeError(f"tests/testenv/build.sh failed:\n{proc.stderr}")
+        raise ControlPlaneError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "build.sh failed")
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
@@ -135,26 +147,20 @@ class ControlPlane:
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def _wait_ready(self, timeout: float) -> None:
+        api = Api(connect(str(self.kubeconfig())), timeout=5)
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode}:\n{self.log_tail()}")
+                    raise ControlPlaneError(f"{p.args!r} exited with {p.returncode}:\n{self.log_tail()}")
             try:
-                r = requests.get(
-                    f"{self.url}/readyz",
-                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                    verify=str(self.ca_file),
-                    timeout=5,
-                )
-                if r.status_code == 200:
+                if api.get_text("/readyz") == "ok":
                     return
-                last = r.text
-            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            except ApiError as exc:
                 last = str(exc)
             time.sleep(0.25)
-        raise RuntimeError(f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail()}")
+        raise ControlPlaneError(f"kube-apiserver not ready after {timeout}s: {last}\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
         out = []
@@ -164,8 +170,8 @@ class ControlPlane:
                 out.append(f"--- {name}.log ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
         return "\n".join(out)
 
-    def kube(self, token: str = ADMIN_TOKEN) -> Kube:
-        return Kube(self.url, token, str(self.ca_file))
+    def api(self, token: str = ADMIN_TOKEN) -> Api:
+        return Api(connect(str(self.kubeconfig(token))))
 
     def kubeconfig(self, token: str = ADMIN_TOKEN, path: Path | None = None) -> Path:
         path = path or self.workdir / f"kubeconfig-{USERS[token][0]}"

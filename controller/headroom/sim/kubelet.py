@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from .kube import MERGE, Kube, KubeError
+from ..cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 
 DEFERRED, INFEASIBLE = "Deferred", "Infeasible"
 
@@ -31,8 +31,8 @@ def _resources(c: dict[str, Any]) -> dict[str, Any]:
 
 
 class SimulatedKubelet:
-    def __init__(self, kube: Kube, node: str, *, delay: float = 0.0, outcome: str | None = None) -> None:
-        self.kube = kube
+    def __init__(self, api: Api, node: str, *, delay: float = 0.0, outcome: str | None = None) -> None:
+        self.api = api
         self.node = node
         self.delay = delay
         self.outcome = outcome  # None applies resizes; DEFERRED or INFEASIBLE refuses them
@@ -44,22 +44,22 @@ class SimulatedKubelet:
 
     # --- one pass -------------------------------------------------------------------
     def sync(self) -> None:
-        pods = self.kube.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})["items"]
+        pods = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})["items"]
         for pod in pods:
             if pod["status"].get("phase") in ("Succeeded", "Failed"):
                 continue
             try:
                 self._sync_pod(pod)
-            except KubeError as err:
+            except ApiError as err:
                 if err.status not in (404, 409):  # deleted or changed meanwhile: next pass
                     raise
 
     def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        self.kube.patch(
-            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+        self.api.patch(
+            pod_path(meta["namespace"], meta["name"], "status"),
             {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},
-            content_type=MERGE,
+            MERGE_PATCH,
         )
 
     def _sync_pod(self, pod: dict[str, Any]) -> None:

@@ -1,0 +1,1 @@
+"""Talking to the API server: client, list+watch, the cache, and writes."""
