@@ -90,6 +90,32 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import signal
+
+    from . import logs
+    from .cluster.api import Api, ApiError, connect
+    from .engine.controller import Controller, Options
+
+    logs.setup(args.log_format, args.log_level)
+    try:
+        api = Api(connect(args.kubeconfig, args.context))
+        controller = Controller(api, Options(workers=args.workers, identity=args.identity or ""))
+    except ApiError as exc:
+        raise UsageError(str(exc)) from None
+
+    def stop(signum: int, _frame: object) -> None:
+        controller.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        controller.run()
+    except ApiError as exc:
+        raise UsageError(f"cannot reach the API server: {exc}") from None
+    return 0
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
@@ -109,6 +135,15 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="headroom", description="CPU limits that follow each node's unbooked CPU.")
     ap.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run the controller")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--workers", type=int, default=2, help="nodes reconciled in parallel (default 2)")
+    p.add_argument("--identity", help="this replica's name in events and leases (default: hostname)")
+    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plan", help="what the controller would do, read-only")
     _snapshot_args(p)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,3 +121,86 @@ def make_node(api: Api) -> Iterator[Callable[..., str]]:
     for name in created:
         with contextlib.suppress(ApiError):
             api.delete(f"/api/v1/nodes/{name}")
+
+
+class RunningController:
+    """`headroom run` as a user starts it: a separate process with a kubeconfig."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, args: list[str]) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "headroom", "run", "--kubeconfig", str(kubeconfig), *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def logs(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"msg": line, "level": "raw"})
+        return out
+
+    def wait_for_log(self, msg: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for rec in self.logs():
+                if rec.get("msg") == msg:
+                    return rec
+            assert self.proc.poll() is None, f"controller exited: {self.log_path.read_text()[-3000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"no log {msg!r} in {timeout}s:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_controller(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., RunningController]]:
+    started: list[RunningController] = []
+
+    def start(*args: str, synced: bool = True) -> RunningController:
+        c = RunningController(control_plane.kubeconfig(), tmp_path / f"controller-{len(started)}.log", list(args))
+        started.append(c)
+        if synced:
+            c.wait_for_log("caches synced")
+        return c
+
+    yield start
+    for c in started:
+        c.stop()
+    # Across every test: the API server never refused one of the controller's resizes as invalid.
+    for c in started:
+        invalid = [r for r in c.logs() if r.get("result") == "invalid"]
+        assert not invalid, f"the server refused a resize as invalid: {invalid}"
+        crashed = [r for r in c.logs() if r.get("level") in ("critical",) or "Traceback" in str(r.get("msg"))]
+        assert not crashed, crashed
+
+
+@pytest.fixture
+def headroom_config(api: Api, crds_installed: list[str]) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Apply the HeadroomConfig singleton (fast debounce for tests); removed afterwards."""
+
+    def apply(**spec: Any) -> dict[str, Any]:
+        obj = {
+            "apiVersion": "kube-headroom.dev/v1alpha1",
+            "kind": "HeadroomConfig",
+            "metadata": {"name": "cluster"},
+            "spec": {"debouncePeriod": "500ms", **spec},
+        }
+        return api.apply(obj, "headroom-tests")
+
+    yield apply
+    with contextlib.suppress(ApiError):
+        api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")

@@ -102,8 +102,8 @@ class Api:
         """A plain-text endpoint such as /readyz or /metrics."""
         return self._send("GET", path, accept="text/plain").data.decode()
 
-    def delete(self, path: str) -> Any:
-        return orjson.loads(self._send("DELETE", path).data)
+    def delete(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
+        return orjson.loads(self._send("DELETE", path, params=params).data)
 
     def post(self, path: str, body: Any, params: Mapping[str, str | int] | None = None) -> Any:
         return orjson.loads(self._send("POST", path, params=params, body=body).data)

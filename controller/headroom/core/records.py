@@ -8,7 +8,7 @@ only what eligibility and policy read is kept. Builders take the dict `json.load
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import keys
@@ -64,6 +64,13 @@ class Pod:
     booked_cpu: int
     resize_infeasible: bool
     resource_version: str = ""
+    status_annotation: str | None = None  # kube-headroom.dev/status as last written
+
+    def same_inputs(self, other: Pod) -> bool:
+        """Equal in everything eligibility and policy read (not version or our annotation)."""
+        return replace(self, resource_version="", status_annotation=None) == replace(
+            other, resource_version="", status_annotation=None
+        )
 
     @property
     def key(self) -> str:
@@ -266,6 +273,7 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         booked_cpu=booked + overhead_cpu,
         resize_infeasible=infeasible,
         resource_version=str(meta.get("resourceVersion") or ""),
+        status_annotation=annotations.get(keys.STATUS_KEY),
     )
 
 

@@ -1,7 +1,8 @@
 """A simulated kubelet for tests: there is no real kubelet on the test control plane.
 
 For the pods bound to its node it does what a kubelet's status manager does around
-in-place resize (KEP-1287): it starts pods (phase Running, one status per container), and
+in-place resize (KEP-1287): it starts pods (phase Running, one status per container),
+finishes their deletion once asked to (grace period 0, nothing runs), and
 when a pod's desired resources differ from what it reports as running it either applies
 them — `allocatedResources` at once, `PodResizeInProgress` for `delay` seconds, then the
 new `resources` — or marks the resize `PodResizePending` with reason `Deferred` or
@@ -49,6 +50,11 @@ class SimulatedKubelet:
             if pod["status"].get("phase") in ("Succeeded", "Failed"):
                 continue
             try:
+                if pod["metadata"].get("deletionTimestamp"):
+                    # containers stopped: confirm the deletion, as the kubelet does
+                    meta = pod["metadata"]
+                    self.api.delete(pod_path(meta["namespace"], meta["name"]), {"gracePeriodSeconds": 0})
+                    continue
                 self._sync_pod(pod)
             except ApiError as err:
                 if err.status not in (404, 409):  # deleted or changed meanwhile: next pass

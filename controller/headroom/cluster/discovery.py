@@ -1,0 +1,29 @@
+"""What the cluster supports (SPEC §8), asked of the API server at start and on a timer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.capabilities import parse_version
+from .api import Api, ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    server_version: str | None
+    pods_resize: bool
+
+    @property
+    def version(self) -> tuple[int, int] | None:
+        return parse_version(self.server_version)
+
+
+def discover(api: Api) -> ServerFacts:
+    """Server version and whether `pods/resize` is served. Raises ApiError when the
+    server cannot be reached at all."""
+    version = api.get("/version").get("gitVersion")
+    try:
+        resources = {r.get("name") for r in api.get("/api/v1").get("resources", [])}
+    except ApiError:
+        resources = set()
+    return ServerFacts(server_version=version, pods_resize="pods/resize" in resources)

@@ -1,0 +1,129 @@
+"""Every write the controller makes to a pod: the resize, the status annotation, events.
+
+Each call returns an Outcome instead of raising, so one bad pod never stops the node's
+other pods; the reconciler decides what an outcome means (backoff, requeue, retry).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import keys
+from ..core.policy import PodTarget
+from ..core.quantity import format_milli
+from ..core.records import APP, Pod
+from .api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
+
+log = logging.getLogger("headroom.writer")
+
+APPLIED, INFEASIBLE, QUOTA_DENIED, INVALID, CONFLICT, ERROR, GONE = (
+    "applied",
+    "infeasible",
+    "quota-denied",
+    "invalid",
+    "conflict",
+    "error",
+    "gone",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    result: str
+    message: str = ""
+    retry_after: float | None = None
+
+    @property
+    def backs_off(self) -> bool:
+        """Refusals that will not change on retry: leave the pod alone for backoffPeriod."""
+        return self.result in (QUOTA_DENIED, INVALID, INFEASIBLE) or self.message.startswith("forbidden:")
+
+
+def outcome_of(exc: ApiError) -> Outcome:
+    if exc.status == 403:
+        if "exceeded quota" in exc.message:
+            return Outcome(QUOTA_DENIED, exc.message)
+        return Outcome(ERROR, f"forbidden: {exc.message}")  # node capacity, node features, RBAC
+    if exc.status == 422:
+        return Outcome(INVALID, exc.message)
+    if exc.status == 409:
+        return Outcome(CONFLICT, exc.message)
+    if exc.status == 404:
+        return Outcome(GONE, exc.message)
+    if exc.status == 429:
+        return Outcome(ERROR, exc.message, exc.retry_after or 1.0)
+    return Outcome(ERROR, exc.message or exc.reason)
+
+
+def resize_body(pod: Pod, target: PodTarget) -> dict[str, Any]:
+    """Only the CPU limits of computed containers (or the pod-level CPU limit), with the
+    resourceVersion the decision was made on, so a stale decision fails with 409."""
+    meta = {"resourceVersion": pod.resource_version} if pod.resource_version else {}
+    if target.pod_level:
+        return {"metadata": meta, "spec": {"resources": {"limits": {"cpu": format_milli(target.target)}}}}
+    kinds = {c.name: c.kind for c in pod.containers}
+    spec: dict[str, list[dict[str, Any]]] = {}
+    for c in target.containers:
+        group = "containers" if kinds[c.name] == APP else "initContainers"
+        spec.setdefault(group, []).append({"name": c.name, "resources": {"limits": {"cpu": format_milli(c.target)}}})
+    return {"metadata": meta, "spec": spec}
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    now = datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+
+class Writer:
+    def __init__(self, api: Api, instance: str) -> None:
+        self.api = api
+        self.instance = instance
+        self.params = {"fieldManager": keys.FIELD_MANAGER}
+
+    def resize(self, pod: Pod, target: PodTarget) -> Outcome:
+        try:
+            self.api.patch(
+                pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target), STRATEGIC_PATCH, self.params
+            )
+        except ApiError as exc:
+            return outcome_of(exc)
+        return Outcome(APPLIED)
+
+    def annotate(self, pod: Pod, value: str) -> Outcome:
+        """Write kube-headroom.dev/status; metadata only (RBAC: patch pods)."""
+        body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
+        try:
+            self.api.patch(pod_path(pod.namespace, pod.name), body, MERGE_PATCH, self.params)
+        except ApiError as exc:
+            return outcome_of(exc)
+        return Outcome(APPLIED)
+
+    def event(self, pod: Pod, kind: str, reason: str, note: str, action: str = "Resize") -> None:
+        """An events.k8s.io/v1 Event on the pod. Best effort: a lost event is only logged."""
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod.name}.{secrets.token_hex(8)}", "namespace": pod.namespace},
+            "eventTime": now_rfc3339(micro=True),
+            "reportingController": f"{keys.GROUP}/controller",
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note[:1024],
+            "type": kind,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+        }
+        try:
+            self.api.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
+        except ApiError as exc:
+            log.warning("event not recorded", extra={"pod": pod.key, "reason": reason, "error": str(exc)})

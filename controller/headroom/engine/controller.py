@@ -1,0 +1,244 @@
+"""`headroom run`: watches feed the cache, the cache queues nodes, workers reconcile them."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..cluster.api import Api, ApiError
+from ..cluster.cache import ClusterCache, Stale
+from ..cluster.discovery import ServerFacts, discover
+from ..cluster.watch import Reflector
+from ..cluster.writer import Writer
+from ..core import keys
+from ..core.capabilities import pod_level_resize
+from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+from .backoff import PodBackoff, RetryDelay
+from .config import ConfigState
+from .queue import NodeQueue, WriteLimiter
+from .reconciler import Reconciler
+
+log = logging.getLogger("headroom.controller")
+
+CONFIG_PATH = f"/apis/{keys.API_VERSION}/headroomconfigs"
+PROFILE_PATH = f"/apis/{keys.API_VERSION}/nodepoolprofiles"
+
+
+@dataclass
+class Options:
+    workers: int = 2
+    identity: str = ""
+    sync_timeout: float = 120.0
+    capability_refresh: float = 300.0
+    watch_timeout: int = 300
+
+
+class Controller:
+    def __init__(self, api: Api, options: Options | None = None) -> None:
+        self.api = api
+        self.options = options or Options()
+        self.identity = self.options.identity or socket.gethostname()
+        self.stop = threading.Event()
+        self.cache = ClusterCache()
+        self.config = ConfigState()
+        self.queue = NodeQueue()
+        self.limiter = WriteLimiter()
+        self.backoff = PodBackoff()
+        self.retry = RetryDelay()
+        self.facts = ServerFacts(None, False)
+        self._pod_level_cluster = False
+        self.writer = Writer(api, self.identity)
+        self.outcomes: dict[tuple[str, bool], int] = {}  # (result, dry_run) -> count; metrics read it
+        self.reconciler = Reconciler(
+            self.cache, self.config, self.writer, self.limiter, self.backoff, self._pod_level_for, self._count
+        )
+        self.reflectors: list[Reflector] = []
+        self.workers: list[threading.Thread] = []
+        self.synced = threading.Event()
+
+    # --- wiring -----------------------------------------------------------------------
+    def _count(self, result: str, dry_run: bool) -> None:
+        self.outcomes[(result, dry_run)] = self.outcomes.get((result, dry_run), 0) + 1
+
+    def _pod_level_for(self, node: Node) -> bool:
+        # The API server (v1.37, NodeDeclaredFeatureValidator) refuses a pod-level resize
+        # on a node that does not itself declare the feature, whatever the cluster-wide
+        # rule says; see docs/platform-notes.md.
+        return self._pod_level_cluster and keys.POD_LEVEL_RESIZE_FEATURE in node.declared_features
+
+    def _queue(self, stale: Stale) -> None:
+        for name in stale.gone:
+            self.queue.forget(name)
+            self.limiter.forget(name)
+        for name in stale.urgent:
+            self.queue.add(name, immediate=True)
+        for name in stale.nodes - stale.urgent:
+            self.queue.add(name)
+
+    def _records(self, build: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
+        out = []
+        for obj in items:
+            try:
+                out.append(build(obj))
+            except RecordError as exc:
+                log.error("object skipped: cannot read it", extra={"error": str(exc)})
+        return out
+
+    def _pods_list(self, items: list[dict[str, Any]]) -> None:
+        self._queue(self.cache.replace_pods(self._records(pod_from_dict, items)))
+
+    def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.backoff.forget(f"{meta.get('namespace')}/{meta.get('name')}")
+            self._queue(self.cache.delete_pod(f"{meta.get('namespace')}/{meta.get('name')}"))
+            return
+        for pod in self._records(pod_from_dict, [obj]):
+            self._queue(self.cache.upsert_pod(pod))
+
+    def _nodes_list(self, items: list[dict[str, Any]]) -> None:
+        self._queue(self.cache.replace_nodes(self._records(node_from_dict, items)))
+        self._refresh_pod_level()
+
+    def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._queue(self.cache.delete_node(str((obj.get("metadata") or {}).get("name"))))
+            return
+        for node in self._records(node_from_dict, [obj]):
+            self._queue(self.cache.upsert_node(node))
+
+    def _namespaces_list(self, items: list[dict[str, Any]]) -> None:
+        self._queue(self.cache.replace_namespaces(self._records(namespace_from_dict, items)))
+
+    def _namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._queue(self.cache.delete_namespace(str((obj.get("metadata") or {}).get("name"))))
+            return
+        for ns in self._records(namespace_from_dict, [obj]):
+            self._queue(self.cache.upsert_namespace(ns))
+
+    def _custom_list(self, kind: str) -> Callable[[list[dict[str, Any]]], None]:
+        def on_list(items: list[dict[str, Any]]) -> None:
+            self.cache.replace_custom(kind, items)
+            self._reconfigure()
+
+        return on_list
+
+    def _custom_event(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            if event == "DELETED":
+                self.cache.delete_custom(kind, obj["metadata"]["name"])
+            else:
+                self.cache.put_custom(kind, obj)
+            self._reconfigure()
+
+        return on_event
+
+    def _reconfigure(self) -> None:
+        labels = self.cache.node_labels()
+        before = {n: self.config.settings_for(lab) for n, lab in labels.items()}
+        self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))
+        base = self.config.base
+        self.queue.debounce = base.debounce_seconds
+        self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
+        self._queue(Stale(nodes={n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}))
+
+    def _refresh_pod_level(self) -> None:
+        nodes = [self.cache.view(n) for n in self.cache.node_names()]
+        self._pod_level_cluster = pod_level_resize([v.node for v in nodes if v], self.facts.version)
+
+    # --- running ----------------------------------------------------------------------
+    def start(self) -> None:
+        self.facts = discover(self.api)
+        log.info(
+            "cluster capabilities",
+            extra={"serverVersion": self.facts.server_version, "podsResize": self.facts.pods_resize},
+        )
+        if not self.facts.pods_resize:
+            log.error("the API server does not serve pods/resize (Kubernetes >= 1.35 needed); nothing will be written")
+        watches = [
+            ("/api/v1/pods", self._pods_list, self._pod_event),
+            ("/api/v1/nodes", self._nodes_list, self._node_event),
+            ("/api/v1/namespaces", self._namespaces_list, self._namespace_event),
+            (CONFIG_PATH, self._custom_list(keys.CONFIG_KIND), self._custom_event(keys.CONFIG_KIND)),
+            (PROFILE_PATH, self._custom_list(keys.PROFILE_KIND), self._custom_event(keys.PROFILE_KIND)),
+        ]
+        for path, on_list, on_event in watches:
+            self.reflectors.append(
+                Reflector(
+                    self.api, path, on_list, on_event, self.stop, timeout_seconds=self.options.watch_timeout
+                ).start()
+            )
+        threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
+
+    def _await_sync(self) -> None:
+        """Workers start only once every list is in: acting on a partial view (missing
+        pods, or a dryRun not yet seen) would write wrong limits."""
+        deadline = time.monotonic() + self.options.sync_timeout
+        for r in self.reflectors:
+            while not r.synced.wait(1.0):
+                if self.stop.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    log.error(
+                        "still waiting for the first list; are the CRDs installed and RBAC granted?",
+                        extra={"path": r.path},
+                    )
+                    deadline = time.monotonic() + self.options.sync_timeout
+        self._refresh_pod_level()
+        log.info("caches synced", extra={"nodes": len(self.cache.nodes), "pods": len(self.cache.pods)})
+        self.synced.set()
+        for name in self.cache.node_names():
+            self.queue.add(name)
+        for i in range(self.options.workers):
+            t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
+            t.start()
+            self.workers.append(t)
+        threading.Thread(target=self._refresh_loop, name="capabilities", daemon=True).start()
+
+    def _refresh_loop(self) -> None:
+        while not self.stop.wait(self.options.capability_refresh):
+            try:
+                self.facts = discover(self.api)
+            except ApiError as exc:
+                log.warning("capability refresh failed", extra={"error": str(exc)})
+            self._refresh_pod_level()
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            node = self.queue.get(timeout=0.5)
+            if node is None:
+                continue
+            try:
+                result = self.reconciler.reconcile(node)
+            except Exception:
+                log.exception("reconcile crashed; node will be retried", extra={"node": node})
+                self.queue.done(node)
+                self.queue.add(node, after=self.retry.next(node))
+                continue
+            self.queue.done(node)
+            if result.failed:
+                self.queue.add(node, after=result.requeue_after or self.retry.next(node))
+            else:
+                self.retry.reset(node)
+                if result.requeue_after is not None:
+                    self.queue.add(node, after=result.requeue_after)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        self.queue.shutdown()
+        for t in self.workers:
+            t.join(timeout)
+
+    def run(self) -> None:
+        self.start()
+        try:
+            while not self.stop.wait(1.0):
+                pass
+        finally:
+            self.shutdown()

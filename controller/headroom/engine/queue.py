@@ -1,0 +1,161 @@
+"""A work queue of node names: debounced, de-duplicated, never two workers on one node.
+
+Like client-go's delaying workqueue, trimmed to what node-scoped reconciling needs: a
+burst of events for one node becomes one recompute `debounce` seconds (jittered) after
+the first; a node being reconciled that changes again is queued once more when done;
+an allocatable drop can jump the wait.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from collections.abc import Callable
+
+
+class NodeQueue:
+    def __init__(
+        self,
+        debounce: float = 2.0,
+        jitter: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.debounce = debounce
+        self.jitter = jitter
+        self._clock = clock
+        self._rng = rng
+        self._due: dict[str, float] = {}  # queued node -> when it may run
+        self._heap: list[tuple[float, str]] = []
+        self._processing: set[str] = set()
+        self._again: dict[str, float] = {}  # changed while processing -> due when done
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def _delay(self) -> float:
+        return self.debounce * (1 + self.jitter * self._rng())
+
+    def add(self, node: str, *, immediate: bool = False, after: float | None = None) -> None:
+        """Queue `node`: after the debounce, `after` seconds, or at once. An earlier due
+        time wins over a later one; a later one never postpones a queued node."""
+        with self._cond:
+            if self._closed:
+                return
+            now = self._clock()
+            due = now if immediate else now + (after if after is not None else self._delay())
+            if node in self._processing:
+                self._again[node] = min(due, self._again.get(node, due))
+                return
+            if node in self._due and self._due[node] <= due:
+                return
+            self._due[node] = due
+            heapq.heappush(self._heap, (due, node))
+            self._cond.notify()
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """The next due node (now marked as processing), or None on timeout or shutdown."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while not self._closed:
+                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded by an earlier due time, or forgotten
+                now = self._clock()
+                if self._heap and self._heap[0][0] <= now:
+                    _, node = heapq.heappop(self._heap)
+                    del self._due[node]
+                    self._processing.add(node)
+                    return node
+                wait = self._heap[0][0] - now if self._heap else None
+                if deadline is not None:
+                    left = deadline - now
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+            return None
+
+    def done(self, node: str) -> None:
+        with self._cond:
+            self._processing.discard(node)
+            due = self._again.pop(node, None)
+            if due is not None and not self._closed:
+                self._due[node] = due
+                heapq.heappush(self._heap, (due, node))
+                self._cond.notify()
+
+    def forget(self, node: str) -> None:
+        """Drop a deleted node's pending work."""
+        with self._cond:
+            self._due.pop(node, None)
+            self._again.pop(node, None)
+
+    def depth(self) -> int:
+        with self._cond:
+            return len(self._due)
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._due and not self._processing and not self._again
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class TokenBucket:
+    """`rate` tokens per second, holding at most `burst`."""
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.stamp = now
+
+    def reserve(self, now: float) -> float:
+        """Take a token; the seconds to wait before using it (0 when one was there)."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class WriteLimiter:
+    """A token bucket per node and one for the whole controller (SPEC §6 rate limits)."""
+
+    def __init__(
+        self,
+        per_node: float = 10.0,
+        global_qps: float = 50.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._nodes: dict[str, TokenBucket] = {}
+        self.configure(per_node, global_qps)
+
+    def configure(self, per_node: float, global_qps: float) -> None:
+        with self._lock:
+            self.per_node = per_node
+            self._global = TokenBucket(global_qps, max(1.0, global_qps), self._clock())
+            self._nodes.clear()
+
+    def acquire(self, node: str) -> float:
+        """Block until `node` may write once more; the seconds waited."""
+        with self._lock:
+            now = self._clock()
+            bucket = self._nodes.get(node)
+            if bucket is None:
+                bucket = self._nodes[node] = TokenBucket(self.per_node, max(1.0, self.per_node), now)
+            wait = max(bucket.reserve(now), self._global.reserve(now))
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._nodes.pop(node, None)

@@ -1,0 +1,193 @@
+"""`headroom run` against the real API server, with simulated kubelets (issue 4.5)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from factories import container, pod
+from headroom.cluster.api import MERGE_PATCH, Api, pod_path
+from headroom.sim.kubelet import SimulatedKubelet
+
+DEBOUNCE = 0.5
+
+
+def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:
+    body = pod(name, namespace=ns, node=node, **kw)
+    body["status"] = {}
+    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:
+    p = api.get(pod_path(ns, name))
+    return [(c.get("resources") or {}).get("limits", {}).get("cpu") for c in p["spec"]["containers"]]
+
+
+def wait_limits(api: Api, ns: str, name: str, expected: list[str], timeout: float) -> float:
+    """Seconds until the pod's container CPU limits are `expected`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if cpu_limits(api, ns, name) == expected:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name}: limits {cpu_limits(api, ns, name)}, expected {expected} within {timeout}s")
+
+
+def wait_annotation(api: Api, ns: str, name: str, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = (api.get(pod_path(ns, name))["metadata"].get("annotations") or {}).get("kube-headroom.dev/status")
+        if value:
+            return str(value)
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name}: no kube-headroom.dev/status annotation in {timeout}s")
+
+
+def versions(api: Api, ns: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+        for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+    }
+
+
+def events(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] if e["reason"] == reason]
+
+
+@pytest.fixture
+def cluster(api, namespace, make_node, headroom_config, start_controller):
+    headroom_config()
+    return api, namespace, make_node, start_controller
+
+
+def test_lone_pod_gets_request_times_max_multiplier_and_neighbours_shrink_it(cluster):
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, ns, node, "solo", containers=[container(cpu="500m")])
+        start()
+        wait_limits(api, ns, "solo", ["5"], timeout=15)  # 500m x 10, under allocatable 8
+        status = wait_annotation(api, ns, "solo")
+        assert '"target":"5000m"' in status and '"policy":"proportional-v1"' in status
+        assert events(api, ns, "CPULimitAdjusted")[0]["note"].startswith("none → 5 (node factor 16.00")
+
+        # neighbours book 6 cores: S = 8 - 6.5 = 1.5, M = 2.5, N = 3;
+        # solo = 500m + max(1.5 x 0.5/2.5 = 300m, min(floor 1, S/N = 500m)) = 1
+        create_pod(api, ns, node, "big-1", containers=[container(cpu="1")])
+        create_pod(api, ns, node, "big-2", containers=[container(cpu="1")])
+        create_pod(
+            api, ns, node, "system", containers=[container(cpu="4")], labels={"kube-headroom.dev/mode": "unmanaged"}
+        )
+        took = wait_limits(api, ns, "solo", ["1"], timeout=DEBOUNCE * 1.2 + 2)
+        assert took <= DEBOUNCE * 1.2 + 2
+
+        for name in ("big-1", "big-2", "system"):
+            api.delete(pod_path(ns, name))
+        wait_limits(api, ns, "solo", ["5"], timeout=DEBOUNCE * 1.2 + 2)
+
+
+def test_pods_it_must_not_manage_are_never_written(cluster):
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="8")  # no simulated kubelet: nothing else writes these pods
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-off"}})
+    try:
+        create_pod(api, f"{ns}-off", node, "unmanaged-ns", containers=[container(cpu="500m")])
+        create_pod(api, ns, node, "guaranteed", containers=[container(cpu="1", limit="1", mem="1Gi", mem_limit="1Gi")])
+        create_pod(
+            api,
+            ns,
+            node,
+            "opted-out",
+            containers=[container(cpu="500m")],
+            labels={"kube-headroom.dev/mode": "unmanaged"},
+        )
+        create_pod(api, ns, node, "managed", containers=[container(cpu="500m")])
+        before = {**versions(api, ns), **{f"off/{k}": v for k, v in versions(api, f"{ns}-off").items()}}
+        start()
+        wait_limits(api, ns, "managed", [f"{500 * 10 // 1000}"], timeout=15)
+        time.sleep(DEBOUNCE * 2)
+        after = {**versions(api, ns), **{f"off/{k}": v for k, v in versions(api, f"{ns}-off").items()}}
+        for name in ("guaranteed", "opted-out", "off/unmanaged-ns"):
+            assert after[name] == before[name], f"{name} was written"
+        assert after["managed"] != before["managed"]
+    finally:
+        api.delete(f"/api/v1/namespaces/{ns}-off")
+
+
+def test_dry_run_annotates_but_writes_no_resize(cluster, headroom_config):
+    api, ns, make_node, start = cluster
+    headroom_config(dryRun=True)
+    node = make_node(cpu="8")
+    create_pod(api, ns, node, "p", containers=[container(cpu="500m", limit="600m")])
+    start()
+    wait_annotation(api, ns, "p")
+    p = api.get(pod_path(ns, "p"))
+    assert '"dryRun":true' in p["metadata"]["annotations"]["kube-headroom.dev/status"]
+    assert '"target":"5000m"' in p["metadata"]["annotations"]["kube-headroom.dev/status"]
+    assert cpu_limits(api, ns, "p") == ["600m"]
+    assert not any(m.get("subresource") == "resize" for m in p["metadata"]["managedFields"])
+
+
+def test_steady_cluster_sees_no_writes_and_a_restart_writes_nothing(cluster):
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="16")
+    with SimulatedKubelet(api, node):
+        for i, cpu in enumerate(("500m", "1500m", "6")):
+            create_pod(api, ns, node, f"w{i}", containers=[container(cpu=cpu)])
+        first = start()
+        # the design's worked example: 16 cores, 0.5 / 1.5 / 6 -> 1.5 / 3 / 12
+        for name, limit in (("w0", "1500m"), ("w1", "3"), ("w2", "12")):
+            wait_limits(api, ns, name, [limit], timeout=15)
+        time.sleep(DEBOUNCE * 3)  # let the kubelet's status writes settle
+        settled = versions(api, ns)
+        time.sleep(30)
+        assert versions(api, ns) == settled, "a steady cluster was written to"
+
+        first.stop()
+        second = start()
+        time.sleep(DEBOUNCE * 3 + 2)
+        assert versions(api, ns) == settled, "a restart on a converged cluster wrote"
+        assert not [r for r in second.logs() if r.get("msg") == "cpu limit adjusted"]
+
+
+def _set_quota_status(api: Api, ns: str, name: str, hard: dict[str, str], used: dict[str, str]) -> None:
+    # No controller-manager runs here; write what its quota controller would.
+    api.patch(
+        f"/api/v1/namespaces/{ns}/resourcequotas/{name}/status", {"status": {"hard": hard, "used": used}}, MERGE_PATCH
+    )
+
+
+def test_limits_cpu_quota_denial_backs_off_with_one_event(cluster):
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="8")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "q", "namespace": ns},
+        "spec": {"hard": {"limits.cpu": "1"}},
+    }
+    api.post(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    _set_quota_status(api, ns, "q", {"limits.cpu": "1"}, {"limits.cpu": "0"})
+    create_pod(api, ns, node, "q", containers=[container(cpu="500m", limit="600m")])
+    _set_quota_status(api, ns, "q", {"limits.cpu": "1"}, {"limits.cpu": "600m"})
+    c = start()
+    deadline = time.monotonic() + 10
+    while not events(api, ns, "CPULimitAdjustSkipped"):
+        assert time.monotonic() < deadline, f"no event; logs: {c.logs()[-5:]}"
+        time.sleep(0.2)
+    # keep the node busy: neighbours (in a namespace without the quota) change its booking
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-nb"}})
+    try:
+        for i in range(3):
+            create_pod(api, f"{ns}-nb", node, f"n{i}", containers=[container(cpu="100m", limit="200m")])
+            time.sleep(DEBOUNCE * 2)
+    finally:
+        api.delete(f"/api/v1/namespaces/{ns}-nb")
+    skipped = events(api, ns, "CPULimitAdjustSkipped")
+    assert len(skipped) == 1, [e["note"] for e in skipped]
+    assert "quota-denied" in skipped[0]["note"] and "exceeded quota" in skipped[0]["note"]
+    refused = [r for r in c.logs() if r.get("msg") == "resize refused; backing off"]
+    assert len(refused) == 1 and refused[0]["result"] == "quota-denied"
+    assert cpu_limits(api, ns, "q") == ["600m"]
