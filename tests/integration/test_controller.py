@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import pytest
 
 from factories import container, pod
-from headroom.cluster.api import MERGE_PATCH, Api, pod_path
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.sim.kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
@@ -191,3 +192,40 @@ def test_limits_cpu_quota_denial_backs_off_with_one_event(cluster):
     refused = [r for r in c.logs() if r.get("msg") == "resize refused; backing off"]
     assert len(refused) == 1 and refused[0]["result"] == "quota-denied"
     assert cpu_limits(api, ns, "q") == ["600m"]
+
+
+def test_configuration_changes_apply_and_an_unusable_profile_is_ignored(
+    api, namespace, make_node, start_controller, headroom_config
+):
+    node = make_node(cpu="8", labels={"pool": "batch"})
+    profiles = "/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles"
+
+    def profile(name: str, priority: int, **spec: Any) -> None:
+        api.apply(
+            {
+                "apiVersion": "kube-headroom.dev/v1alpha1",
+                "kind": "NodePoolProfile",
+                "metadata": {"name": name},
+                "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "priority": priority, **spec},
+            },
+            "headroom-tests",
+        )
+
+    with SimulatedKubelet(api, node):
+        create_pod(api, ns := namespace, node, "p", containers=[container(cpu="500m")])
+        c = start_controller()
+        wait_limits(api, ns, "p", ["5"], timeout=10)  # no HeadroomConfig: the defaults (10x)
+        headroom_config(maxMultiplier=2)
+        wait_limits(api, ns, "p", ["1"], timeout=5)
+        try:
+            profile("batch", 1, maxMultiplier=3)
+            wait_limits(api, ns, "p", ["1500m"], timeout=5)
+            # valid alone, but merged with the global shrink 0.05 its deadband is inverted
+            profile("tight", 5, maxMultiplier=4, deadband={"grow": 0.01})
+            c.wait_for_log("invalid configuration ignored; running on the last valid one")
+            time.sleep(DEBOUNCE * 3)
+            assert cpu_limits(api, ns, "p") == ["1500m"]
+        finally:
+            for name in ("batch", "tight"):
+                with contextlib.suppress(ApiError):
+                    api.delete(f"{profiles}/{name}")

@@ -55,7 +55,7 @@ class Reflector:
             self._thread.join(timeout)
 
     def run(self) -> None:
-        delay = 0.5
+        delay = min(0.5, self.max_backoff)
         need_list = True
         while not self.stop.is_set():
             try:
@@ -63,7 +63,7 @@ class Reflector:
                     self._list()
                     need_list = False
                 self._watch()
-                delay = 0.5
+                delay = min(0.5, self.max_backoff)
             except Gone:
                 log.info("watch expired, relisting", extra={"path": self.path})
                 need_list = True

@@ -1,0 +1,183 @@
+"""The work queue, rate limits, backoff and cache: pure logic with a fake clock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from factories import container, namespace, node, pod
+from headroom.cluster.api import ApiError
+from headroom.cluster.cache import ClusterCache
+from headroom.cluster.writer import CONFLICT, ERROR, GONE, INVALID, QUOTA_DENIED, outcome_of, resize_body
+from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+from headroom.engine.backoff import PodBackoff, RetryDelay
+from headroom.engine.queue import NodeQueue, TokenBucket, WriteLimiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_queue_debounces_and_deduplicates():
+    clock = Clock()
+    q = NodeQueue(debounce=2.0, jitter=0.0, clock=clock)
+    for _ in range(10):
+        q.add("n1")
+    assert q.depth() == 1
+    assert q.get(timeout=0) is None  # not due yet
+    clock.t += 2.0
+    assert q.get(timeout=0) == "n1"
+    assert q.get(timeout=0) is None
+
+
+def test_immediate_add_jumps_the_wait_and_later_adds_never_postpone():
+    clock = Clock()
+    q = NodeQueue(debounce=2.0, jitter=0.0, clock=clock)
+    q.add("n1")
+    q.add("n1", immediate=True)
+    assert q.get(timeout=0) == "n1"
+    q.done("n1")
+    q.add("n2", after=1.0)
+    q.add("n2", after=5.0)
+    clock.t += 1.0
+    assert q.get(timeout=0) == "n2"
+
+
+def test_a_node_changed_while_processing_runs_again_after_done():
+    clock = Clock()
+    q = NodeQueue(debounce=1.0, jitter=0.0, clock=clock)
+    q.add("n1", immediate=True)
+    assert q.get(timeout=0) == "n1"
+    q.add("n1")  # while a worker holds it
+    clock.t += 5
+    assert q.get(timeout=0) is None  # never two workers on one node
+    q.done("n1")
+    assert q.get(timeout=0) == "n1"
+
+
+def test_forget_drops_pending_work():
+    clock = Clock()
+    q = NodeQueue(debounce=0.0, jitter=0.0, clock=clock)
+    q.add("gone")
+    q.forget("gone")
+    assert q.get(timeout=0) is None and q.idle()
+
+
+def test_get_wakes_up_for_new_work():
+    q = NodeQueue(debounce=0.0, jitter=0.0)
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=5)))
+    t.start()
+    q.add("n1")
+    t.join(5)
+    assert got == ["n1"]
+
+
+def test_token_bucket_and_write_limiter():
+    b = TokenBucket(rate=2.0, burst=2.0, now=0.0)
+    assert [b.reserve(0.0), b.reserve(0.0)] == [0.0, 0.0]
+    assert b.reserve(0.0) == pytest.approx(0.5)
+    clock, slept = Clock(), []
+    lim = WriteLimiter(per_node=10.0, global_qps=1.0, clock=clock, sleep=slept.append)
+    lim.acquire("a")
+    lim.acquire("b")  # the global budget of 1/s binds across nodes
+    assert slept == [pytest.approx(1.0)]
+
+
+def test_pod_backoff_expires_and_retry_delay_grows():
+    clock = Clock()
+    b = PodBackoff(period=300, clock=clock)
+    assert b.add("ns/p") is True and b.add("ns/p") is False
+    assert b.active() == {"ns/p"}
+    clock.t += 301
+    assert b.active() == frozenset()
+    r = RetryDelay(base=0.5, cap=4)
+    assert [r.next("n") for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4]
+    r.reset("n")
+    assert r.next("n") == 0.5
+
+
+def _pod(**kw):
+    return pod_from_dict(pod(**kw))
+
+
+def test_cache_reports_which_nodes_a_change_affects():
+    c = ClusterCache()
+    assert c.upsert_node(node_from_dict(node("n1", cpu="8"))).nodes == {"n1"}
+    assert c.upsert_pod(_pod(name="a", node=None)).nodes == set()  # unbound: no node to recompute
+    assert c.upsert_pod(_pod(name="a", node="n1")).nodes == {"n1"}  # bound
+    raw = pod(name="a", node="n1")
+    raw["metadata"]["resourceVersion"] = "99"
+    raw["metadata"]["annotations"] = {"kube-headroom.dev/status": "{}"}
+    assert not c.upsert_pod(pod_from_dict(raw))  # only version and our own annotation changed
+    assert c.upsert_pod(_pod(name="a", node="n1", containers=[container(cpu="1")])).nodes == {"n1"}
+    assert c.delete_pod("team/a").nodes == {"n1"}
+    assert c.view("n1").pods == ()
+
+
+def test_cache_urgent_on_allocatable_drop_and_gone_on_delete():
+    c = ClusterCache()
+    c.upsert_node(node_from_dict(node("n1", cpu="8")))
+    assert c.upsert_node(node_from_dict(node("n1", cpu="16"))).nodes == {"n1"}
+    assert c.upsert_node(node_from_dict(node("n1", cpu="4"))).urgent == {"n1"}
+    assert c.delete_node("n1").gone == {"n1"}
+    assert c.view("n1") is None
+
+
+def test_cache_relist_drops_what_vanished_and_namespace_labels_touch_their_nodes():
+    c = ClusterCache()
+    c.replace_nodes([node_from_dict(node("n1")), node_from_dict(node("n2"))])
+    c.replace_pods([_pod(name="a", node="n1"), _pod(name="b", node="n2", namespace="other")])
+    stale = c.replace_pods([_pod(name="a", node="n1")])
+    assert stale.nodes == {"n2"} and c.pod("other/b") is None
+    c.replace_namespaces([namespace_from_dict(namespace("team"))])
+    assert c.upsert_namespace(namespace_from_dict(namespace("team", managed=False))).nodes == {"n1"}
+    assert c.replace_nodes([node_from_dict(node("n1"))]).gone == {"n2"}
+
+
+@pytest.mark.parametrize(
+    "status,message,result",
+    [
+        (403, "exceeded quota: q, requested: limits.cpu=5", QUOTA_DENIED),
+        (403, "node didn't have enough allocatable resources", ERROR),
+        (422, "Pod QOS Class may not change", INVALID),
+        (409, "the object has been modified", CONFLICT),
+        (404, "not found", GONE),
+        (500, "etcd timeout", ERROR),
+    ],
+)
+def test_outcomes(status, message, result):
+    out = outcome_of(ApiError(status, "x", message))
+    assert out.result == result
+    assert out.backs_off == (status in (403, 422))
+
+
+def test_429_carries_retry_after():
+    assert outcome_of(ApiError(429, "TooManyRequests", "slow down", retry_after=7)).retry_after == 7
+
+
+def test_resize_body_touches_only_cpu_limits_of_computed_containers():
+    from headroom.core.eligibility import computed_containers
+    from headroom.core.params import Exclusions, Settings
+    from headroom.core.policy import Managed, compute_node
+
+    raw = pod(
+        containers=[container("app", cpu="500m"), container("proxy", cpu="100m", limit="200m")],
+        init=[container("side", cpu="100m", sidecar=True), container("init", cpu="1")],
+    )
+    raw["metadata"]["resourceVersion"] = "42"
+    p = pod_from_dict(raw)
+    s = Settings(exclusions=Exclusions(containers=frozenset({"proxy"})))
+    _, (t,) = compute_node(8000, [p], [Managed(p, computed_containers(p, s))], s)
+    body = resize_body(p, t)
+    assert body["metadata"] == {"resourceVersion": "42"}
+    # r = app 500m + side 100m (proxy excluded); capped at 10 x 600m = 6 cores, split 5 : 1
+    assert body["spec"] == {
+        "containers": [{"name": "app", "resources": {"limits": {"cpu": "5"}}}],
+        "initContainers": [{"name": "side", "resources": {"limits": {"cpu": "1"}}}],
+    }
