@@ -16,9 +16,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 
-# The main job: what Headroom would do on the example cluster.
+# The main job: the controller on the example cluster, on a local kube-apiserver + etcd.
 demo: setup
-	$(BIN)/headroom plan --snapshot examples/cluster-snapshot.yaml
+	$(BIN)/headroom demo
 
 lint: setup
 	$(BIN)/ruff check controller tests

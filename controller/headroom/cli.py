@@ -20,12 +20,24 @@ class UsageError(Exception):
 
 
 def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
-    snap = load_snapshot(Path(args.snapshot))
     version = None
     if args.kubernetes_version:
         version = parse_version(args.kubernetes_version)
         if version is None:
             raise UsageError(f"--kubernetes-version {args.kubernetes_version!r}: use a version like v1.36.3")
+    if args.snapshot:
+        snap = load_snapshot(Path(args.snapshot))
+    else:
+        from .cluster.api import Api, ApiError, connect
+        from .cluster.discovery import discover
+        from .cluster.live import read_cluster
+
+        try:
+            api = Api(connect(args.kubeconfig, args.context))
+            version = version or discover(api).version
+            snap = read_cluster(api)
+        except ApiError as exc:
+            raise UsageError(f"cannot read the cluster: {exc}") from None
     resolver = snap.resolver()
     for problem in resolver.errors.values():
         print(f"warning: {problem} (profile ignored)", file=sys.stderr)
@@ -116,18 +128,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .cluster.api import ApiError
+    from .sim.controlplane import ControlPlaneError
+    from .sim.demo import run_demo
+
+    try:
+        return run_demo(Path(args.snapshot), args.seconds)
+    except ControlPlaneError as exc:
+        raise UsageError(str(exc)) from None
+    except ApiError as exc:
+        raise UsageError(f"demo failed: {exc}") from None
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
-        required=True,
         metavar="FILE",
-        help="a `kubectl get -o yaml|json` List or multi-document YAML of Nodes, Pods, "
-        "Namespaces and the Headroom objects",
+        help="read a `kubectl get -o yaml|json` List or multi-document YAML of Nodes, Pods, "
+        "Namespaces and the Headroom objects instead of a live cluster",
     )
+    p.add_argument("--kubeconfig", help="live cluster: kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help="live cluster: kubeconfig context")
     p.add_argument(
         "--kubernetes-version",
         metavar="V",
-        help="server version to assume offline (decides pod-level resize when nodes declare no features)",
+        help="server version to assume (decides pod-level resize when nodes declare no features)",
     )
 
 
@@ -155,6 +181,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default="default")
     _snapshot_args(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("demo", help="run the controller on the example cluster on a local control plane")
+    p.add_argument("--snapshot", default="examples/cluster-snapshot.yaml", metavar="FILE")
+    p.add_argument("--seconds", type=float, default=30.0, help="longest time to let the controller run")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("validate", help="check HeadroomConfig/NodePoolProfile YAML offline (for GitOps CI)")
     p.add_argument("files", nargs="+", metavar="FILE")

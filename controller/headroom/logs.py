@@ -51,5 +51,6 @@ def setup(fmt: str = "json", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # urllib3 warns on every retried connection; our own lines say what failed and why
     for noisy in ("urllib3", "kubernetes"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.ERROR)

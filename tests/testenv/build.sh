@@ -18,7 +18,7 @@ if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && "$(cat "$out/stamp" 2>/dev/n
   exit 0
 fi
 if ! command -v go >/dev/null 2>&1; then
-  echo "error: Go is needed to build kube-apiserver and etcd for the tests; install Go 1.26+ (https://go.dev/doc/install)" >&2
+  echo "Go is needed to build kube-apiserver and etcd for the demo and the tests: install Go 1.26+ (https://go.dev/dl/)" >&2
   exit 1
 fi
 mkdir -p "$out"

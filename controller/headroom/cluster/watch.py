@@ -68,6 +68,8 @@ class Reflector:
                 log.info("watch expired, relisting", extra={"path": self.path})
                 need_list = True
             except ApiError as exc:
+                if self.stop.is_set():
+                    return  # shutting down: the connection was cut under us
                 if exc.status == 410:
                     need_list = True
                     continue

@@ -33,3 +33,14 @@ def pod_level_resize(nodes: Iterable[Node] | None, server_version: tuple[int, in
         if any(fl for fl in lists):
             return False
     return server_version is not None and server_version >= (1, 36)
+
+
+def node_allows_pod_level_resize(node: Node, cluster_on: bool) -> bool:
+    """Per node: the cluster rule above, and the node itself declaring the feature.
+
+    Measured on v1.37 (docs/platform-notes.md): the API server's NodeDeclaredFeatureValidator
+    refuses a pod-level resize (403) on any node whose `declaredFeatures` lacks the gate,
+    even where the cluster-wide rule says on. A pod-level pod on such a node stays
+    unmanaged (`PodLevelResourcesUnsupported`) rather than collect refusals.
+    """
+    return cluster_on and POD_LEVEL_RESIZE_FEATURE in node.declared_features

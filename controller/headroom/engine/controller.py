@@ -16,7 +16,7 @@ from ..cluster.discovery import ServerFacts, discover
 from ..cluster.watch import Reflector
 from ..cluster.writer import Writer
 from ..core import keys
-from ..core.capabilities import pod_level_resize
+from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
@@ -66,10 +66,7 @@ class Controller:
         self.outcomes[(result, dry_run)] = self.outcomes.get((result, dry_run), 0) + 1
 
     def _pod_level_for(self, node: Node) -> bool:
-        # The API server (v1.37, NodeDeclaredFeatureValidator) refuses a pod-level resize
-        # on a node that does not itself declare the feature, whatever the cluster-wide
-        # rule says; see docs/platform-notes.md.
-        return self._pod_level_cluster and keys.POD_LEVEL_RESIZE_FEATURE in node.declared_features
+        return node_allows_pod_level_resize(node, self._pod_level_cluster)
 
     def _queue(self, stale: Stale) -> None:
         for name in stale.gone:

@@ -4,6 +4,7 @@ holding Nodes, Pods, Namespaces, a HeadroomConfig and NodePoolProfiles."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def _parse(path: Path) -> list[Any]:
         raise SnapshotError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
 
 
-def _first_error(path: Path, obj: dict[str, Any], exc: ValidationError) -> SnapshotError:
+def _first_error(path: Path | str, obj: dict[str, Any], exc: ValidationError) -> SnapshotError:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     name = (obj.get("metadata") or {}).get("name", "?")
@@ -65,8 +66,14 @@ def _first_error(path: Path, obj: dict[str, Any], exc: ValidationError) -> Snaps
 
 
 def load_snapshot(path: Path) -> Snapshot:
+    return snapshot_from_objects(objects(_parse(path)), path)
+
+
+def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
+    """Records and validated Headroom objects from raw Kubernetes objects; `path` names
+    the source in error messages."""
     snap = Snapshot()
-    for obj in objects(_parse(path)):
+    for obj in objs:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: a document is not a Kubernetes object (got {type(obj).__name__})")
         kind = obj.get("kind")
