@@ -280,3 +280,16 @@ def test_deterministic(state):
     second = compute_node(alloc, list(reversed(managed + unmanaged)), _managed(managed, s), s)
     assert first[0] == second[0]
     assert {t.managed.pod.name: t for t in first[1]} == {t.managed.pod.name: t for t in second[1]}
+
+
+@settings(max_examples=1000, deadline=None)
+@given(node_state())
+def test_fused_compute_node_equals_the_reference_pod_target(state):
+    from headroom.core.policy import pod_target
+
+    alloc, managed, unmanaged, s = state
+    caps = [
+        Managed(p, computed_containers(p, s), user_cap=(i * 700 if i % 3 == 0 else None)) for i, p in enumerate(managed)
+    ]
+    summary, fused = compute_node(alloc, managed + unmanaged, caps, s)
+    assert fused == [pod_target(summary, m, s) for m in caps]

@@ -135,3 +135,21 @@ def test_node_record():
 def test_records_from_json_and_from_dicts_agree():
     raw = pod(containers=[container("a", "1", "2")], init=[container("s", "100m", sidecar=True)])
     assert pod_from_dict(json.loads(json.dumps(raw))) == pod_from_dict(raw)
+
+
+def test_same_inputs_sees_every_field_but_version_and_our_annotation():
+    import dataclasses
+
+    base = pod_from_dict(pod(containers=[container("a", "1", "2")]))
+    ignored = {"resource_version", "status_annotation"}
+    changes = {
+        "labels": {"x": "y"},
+        "containers": (),
+        "pod_level": object(),
+        "deleting": True,
+        "mirror": True,
+        "resize_infeasible": True,
+    }
+    for f in dataclasses.fields(base):
+        other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
+        assert base.same_inputs(other) is (f.name in ignored), f.name

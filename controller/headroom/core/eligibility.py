@@ -58,14 +58,18 @@ def namespace_managed(ns: Namespace | None, settings: Settings) -> bool:
 
 
 def node_excluded(labels: Mapping[str, str], settings: Settings) -> bool:
-    return any(s.matches(labels) for s in settings.exclusions.node_selectors)
+    return (
+        any(s.matches(labels) for s in settings.exclusions.node_selectors)
+        if settings.exclusions.node_selectors
+        else False
+    )
 
 
 def computed_containers(pod: Pod, settings: Settings) -> tuple[Container, ...]:
     """Containers that receive a computed limit: app containers and sidecars with a CPU
     request, not excluded by name. Ordinary init containers never do."""
     skip = settings.exclusions.containers
-    return tuple(c for c in pod.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in skip)
+    return tuple([c for c in pod.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in skip])
 
 
 def eligibility(
@@ -93,7 +97,7 @@ def eligibility(
         return NAMESPACE_EXCLUDED
     if pod.mode == keys.MODE_UNMANAGED:
         return POD_OPTED_OUT
-    if any(s.matches(pod.labels) for s in ex.pod_selectors):
+    if ex.pod_selectors and any(s.matches(pod.labels) for s in ex.pod_selectors):
         return POD_SELECTOR_EXCLUDED
     if pod.owner_kind is not None and pod.owner_kind in ex.owner_kinds:
         return OWNER_KIND_EXCLUDED
@@ -104,17 +108,20 @@ def eligibility(
     if pod.qos != BURSTABLE:
         return NOT_BURSTABLE
     pl = pod.pod_level
-    if pl is not None and pl.cpu_request:
-        pass  # the pod-level request is what the limit is proportional to
-    elif any(c.kind == APP and c.cpu_request <= 0 and c.name not in ex.containers for c in pod.containers):
-        return ZERO_CPU_REQUEST
+    if pl is None or not pl.cpu_request:  # else the pod-level request is what counts
+        for c in pod.containers:
+            if c.kind == APP and c.cpu_request <= 0 and c.name not in ex.containers:
+                return ZERO_CPU_REQUEST
     # On a pod-level pod every running container follows the pod cgroup, so all count.
     if pl is not None:
         resized = tuple(c for c in pod.containers if c.kind != INIT)
     else:
         resized = computed_containers(pod, settings)
-    if not resized or any(c.restart_on_cpu_resize for c in resized):
-        return ZERO_CPU_REQUEST if not resized else RESTART_ON_RESIZE
+    if not resized:
+        return ZERO_CPU_REQUEST
+    for c in resized:
+        if c.restart_on_cpu_resize:
+            return RESTART_ON_RESIZE
     if pl is not None and not pod_level_resize:
         return POD_LEVEL_UNSUPPORTED
     if backing_off:

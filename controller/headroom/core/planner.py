@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from . import eligibility as elig
 from .params import Resolver, Settings
@@ -15,7 +16,7 @@ from .quantity import QuantityError, cpu_milli
 from .records import Namespace, Node, Pod
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class PodPlan:
     pod: Pod
     reason: str
@@ -46,6 +47,9 @@ class ClusterPlan:
         yield from self.unbound
 
 
+_BY_KEY = attrgetter("namespace", "name")
+
+
 def user_cap(pod: Pod) -> tuple[int | None, str | None]:
     """The pod's max-cpu annotation in millicores, or a warning when it does not parse."""
     if pod.max_cpu is None:
@@ -68,7 +72,7 @@ def plan_node(
     pod_level_resize: bool,
     backing_off: frozenset[str] = frozenset(),
 ) -> NodePlan:
-    pods = sorted(pods, key=lambda p: (p.namespace, p.name))
+    pods = sorted(pods, key=_BY_KEY)
     reasons: list[tuple[Pod, str, str | None]] = []
     managed: list[Managed] = []
     for p in pods:

@@ -72,8 +72,12 @@ def cpu_milli(value: object) -> int:
 
 def whole_units(value: object) -> int:
     """Any quantity (memory in bytes) rounded up to a whole number, like Value()."""
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+    if isinstance(value, str):
+        if value.isdigit():
+            return int(value)
+        mult = _BINARY.get(value[-2:])
+        if mult is not None and value[:-2].isdigit():  # the usual 256Mi / 1Gi
+            return int(value[:-2]) * mult
     return int(parse_quantity(value).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -7,8 +7,9 @@ only what eligibility and policy read is kept. Builders take the dict `json.load
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
@@ -22,7 +23,11 @@ class RecordError(ValueError):
     """A Kubernetes object whose fields cannot be read; the message names object and field."""
 
 
-@dataclass(slots=True, frozen=True)
+# Pod and Container are built once per watch event; they are never mutated after
+# construction, but are not `frozen`: a frozen dataclass's __init__ goes through
+# object.__setattr__ per field, measured at ~6 µs per pod event here — a fifth of the
+# whole ingest budget (docs/performance.md).
+@dataclass(slots=True)
 class Container:
     name: str
     kind: str  # APP, SIDECAR (restartable init container) or INIT
@@ -44,7 +49,7 @@ class PodLevel:
     mem_limit: int | None
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Pod:
     namespace: str
     name: str
@@ -65,11 +70,30 @@ class Pod:
     resize_infeasible: bool
     resource_version: str = ""
     status_annotation: str | None = None  # kube-headroom.dev/status as last written
+    memory_pinned: bool = False  # every container's memory request equals its limit
 
     def same_inputs(self, other: Pod) -> bool:
-        """Equal in everything eligibility and policy read (not version or our annotation)."""
-        return replace(self, resource_version="", status_annotation=None) == replace(
-            other, resource_version="", status_annotation=None
+        """Equal in everything eligibility and policy read: all but the resourceVersion and
+        our own status annotation. (A unit test holds this list to the fields.)"""
+        return (
+            self.booked_cpu == other.booked_cpu
+            and self.containers == other.containers
+            and self.node_name == other.node_name
+            and self.phase == other.phase
+            and self.deleting == other.deleting
+            and self.labels == other.labels
+            and self.mode == other.mode
+            and self.max_cpu == other.max_cpu
+            and self.owner_kind == other.owner_kind
+            and self.pod_level == other.pod_level
+            and self.qos == other.qos
+            and self.resize_infeasible == other.resize_infeasible
+            and self.memory_pinned == other.memory_pinned
+            and self.overhead_cpu == other.overhead_cpu
+            and self.mirror == other.mirror
+            and self.uid == other.uid
+            and self.namespace == other.namespace
+            and self.name == other.name
         )
 
     @property
@@ -104,18 +128,40 @@ def _where(obj: Mapping[str, Any]) -> str:
     return f"{kind}/{ns + '/' if ns else ''}{meta.get('name', '?')}"
 
 
-def _cpu(obj: Mapping[str, Any], path: str, value: Any) -> int:
-    try:
-        return cpu_milli(value)
-    except QuantityError as exc:
-        raise RecordError(f"{_where(obj)}: {path}: {exc}") from None
+# A cluster spells its quantities a few hundred ways ("500m", "256Mi"); each is parsed
+# once. Bounded, so odd values cannot grow it without limit.
+_CPU_SEEN: dict[str, int] = {}
+_BYTES_SEEN: dict[str, int] = {}
+_SEEN_MAX = 4096
 
 
-def _bytes(obj: Mapping[str, Any], path: str, value: Any) -> int:
+def _cpu(obj: Mapping[str, Any], value: Any, path: str, leaf: str = "") -> int:
+    # The path is only assembled on error: this runs several times per pod event.
+    if value.__class__ is str:
+        known = _CPU_SEEN.get(value)
+        if known is not None:
+            return known
     try:
-        return whole_units(value)
+        milli = cpu_milli(value)
     except QuantityError as exc:
-        raise RecordError(f"{_where(obj)}: {path}: {exc}") from None
+        raise RecordError(f"{_where(obj)}: {path}{leaf}: {exc}") from None
+    if value.__class__ is str and len(_CPU_SEEN) < _SEEN_MAX:
+        _CPU_SEEN[value] = milli
+    return milli
+
+
+def _bytes(obj: Mapping[str, Any], value: Any, path: str, leaf: str = "") -> int:
+    if value.__class__ is str:
+        known = _BYTES_SEEN.get(value)
+        if known is not None:
+            return known
+    try:
+        size = whole_units(value)
+    except QuantityError as exc:
+        raise RecordError(f"{_where(obj)}: {path}{leaf}: {exc}") from None
+    if value.__class__ is str and len(_BYTES_SEEN) < _SEEN_MAX:
+        _BYTES_SEEN[value] = size
+    return size
 
 
 def qos_class(
@@ -151,30 +197,33 @@ def qos_class(
 def _resources(
     obj: Mapping[str, Any], path: str, res: Mapping[str, Any] | None
 ) -> tuple[int | None, int | None, int | None, int | None]:
-    res = res or {}
-    requests = res.get("requests") or {}
-    limits = res.get("limits") or {}
-    cpu_lim = _cpu(obj, f"{path}.limits.cpu", limits["cpu"]) if "cpu" in limits else None
-    mem_lim = _bytes(obj, f"{path}.limits.memory", limits["memory"]) if "memory" in limits else None
+    if not res:
+        return None, None, None, None
+    requests = res.get("requests") or _EMPTY
+    limits = res.get("limits") or _EMPTY
+    v = limits.get("cpu")
+    cpu_lim = None if v is None else _cpu(obj, v, path, ".limits.cpu")
+    v = limits.get("memory")
+    mem_lim = None if v is None else _bytes(obj, v, path, ".limits.memory")
     # The API server defaults a missing request to the limit; do the same for raw input.
-    cpu_req = _cpu(obj, f"{path}.requests.cpu", requests["cpu"]) if "cpu" in requests else cpu_lim
-    mem_req = _bytes(obj, f"{path}.requests.memory", requests["memory"]) if "memory" in requests else mem_lim
+    v = requests.get("cpu")
+    cpu_req = cpu_lim if v is None else _cpu(obj, v, path, ".requests.cpu")
+    v = requests.get("memory")
+    mem_req = mem_lim if v is None else _bytes(obj, v, path, ".requests.memory")
     return cpu_req, cpu_lim, mem_req, mem_lim
 
 
-def _status_cpu(obj: Mapping[str, Any], statuses: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def _status_cpu(obj: Mapping[str, Any], statuses: Iterable[Mapping[str, Any]], out: dict[str, int]) -> None:
     """Largest CPU request the kubelet reports per container (allocated or actual)."""
-    out: dict[str, int] = {}
-    for i, st in enumerate(statuses):
+    for st in statuses:
         best = 0
-        alloc = (st.get("allocatedResources") or {}).get("cpu")
+        alloc = (st.get("allocatedResources") or _EMPTY).get("cpu")
         if alloc is not None:
-            best = _cpu(obj, f"status.containerStatuses[{i}].allocatedResources.cpu", alloc)
-        actual = ((st.get("resources") or {}).get("requests") or {}).get("cpu")
+            best = _cpu(obj, alloc, "status.containerStatuses[].allocatedResources.cpu")
+        actual = ((st.get("resources") or _EMPTY).get("requests") or _EMPTY).get("cpu")
         if actual is not None:
-            best = max(best, _cpu(obj, f"status.containerStatuses[{i}].resources.requests.cpu", actual))
+            best = max(best, _cpu(obj, actual, "status.containerStatuses[].resources.requests.cpu"))
         out[str(st.get("name"))] = best
-    return out
 
 
 def _booked(containers: tuple[Container, ...]) -> int:
@@ -190,6 +239,23 @@ def _booked(containers: tuple[Container, ...]) -> int:
     return max(total, init_peak)
 
 
+_EMPTY: Mapping[str, Any] = {}
+_intern = sys.intern
+
+
+def _container(
+    obj: Mapping[str, Any], c: Mapping[str, Any], path: str, kind: str, in_status: dict[str, int]
+) -> Container:
+    cpu_req, cpu_lim, mem_req, mem_lim = _resources(obj, path + ".resources", c.get("resources"))
+    restart = False
+    for policy in c.get("resizePolicy") or ():
+        if policy.get("resourceName") == "cpu" and policy.get("restartPolicy") == "RestartContainer":
+            restart = True
+    name = _intern(str(c.get("name", path)))
+    req = cpu_req or 0
+    return Container(name, kind, req, cpu_lim, mem_req, mem_lim, max(req, in_status.get(name, 0)), restart)
+
+
 def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     try:
         meta = obj["metadata"]
@@ -197,83 +263,91 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         name = meta["name"]
     except (KeyError, TypeError):
         raise RecordError(f"{_where(obj)}: metadata.name and spec are required") from None
-    status = obj.get("status") or {}
+    status = obj.get("status") or _EMPTY
     labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    in_status = _status_cpu(obj, status.get("containerStatuses") or ())
-    in_status.update(_status_cpu(obj, status.get("initContainerStatuses") or ()))
+    annotations = meta.get("annotations") or _EMPTY
 
-    containers: list[Container] = []
-    for group, items in (("initContainers", spec.get("initContainers")), ("containers", spec.get("containers"))):
-        for i, c in enumerate(items or ()):
-            path = f"spec.{group}[{i}]"
-            kind = APP if group == "containers" else SIDECAR if c.get("restartPolicy") == "Always" else INIT
-            cpu_req, cpu_lim, mem_req, mem_lim = _resources(obj, f"{path}.resources", c.get("resources"))
-            restart = any(
-                p.get("resourceName") == "cpu" and p.get("restartPolicy") == "RestartContainer"
-                for p in c.get("resizePolicy") or ()
-            )
-            cname = str(c.get("name", f"#{i}"))
-            req = cpu_req or 0
-            containers.append(
-                Container(cname, kind, req, cpu_lim, mem_req, mem_lim, max(req, in_status.get(cname, 0)), restart)
-            )
-    # App containers first keeps the order a resize patch lists them in.
-    ordered = tuple(c for c in containers if c.kind == APP) + tuple(c for c in containers if c.kind != APP)
+    in_status: dict[str, int] = {}
+    if "containerStatuses" in status:
+        _status_cpu(obj, status["containerStatuses"], in_status)
+    if "initContainerStatuses" in status:
+        _status_cpu(obj, status["initContainerStatuses"], in_status)
+
+    # App containers first: the order a resize patch lists them in.
+    app = [
+        _container(obj, c, f"spec.containers[{i}]", APP, in_status) for i, c in enumerate(spec.get("containers") or ())
+    ]
+    init = [
+        _container(
+            obj, c, f"spec.initContainers[{i}]", SIDECAR if c.get("restartPolicy") == "Always" else INIT, in_status
+        )
+        for i, c in enumerate(spec.get("initContainers") or ())
+    ]
+    containers = tuple(app + init)
 
     pod_level = None
     pod_res = spec.get("resources")
     if pod_res and (pod_res.get("requests") or pod_res.get("limits")):
         pod_level = PodLevel(*_resources(obj, "spec.resources", pod_res))
 
-    overhead = (spec.get("overhead") or {}).get("cpu")
-    overhead_cpu = _cpu(obj, "spec.overhead.cpu", overhead) if overhead is not None else 0
+    overhead = (spec.get("overhead") or _EMPTY).get("cpu")
+    overhead_cpu = _cpu(obj, overhead, "spec.overhead.cpu") if overhead is not None else 0
 
     qos = status.get("qosClass")
     if qos not in (GUARANTEED, BURSTABLE, BEST_EFFORT):
+        per_container = [(c.cpu_request or None, c.cpu_limit, c.mem_request, c.mem_limit) for c in containers]
+        qos = BEST_EFFORT
         if pod_level is not None:
             qos = qos_class([(pod_level.cpu_request, pod_level.cpu_limit, pod_level.mem_request, pod_level.mem_limit)])
-            if qos == BEST_EFFORT:
-                qos = qos_class((c.cpu_request or None, c.cpu_limit, c.mem_request, c.mem_limit) for c in ordered)
-        else:
-            qos = qos_class((c.cpu_request or None, c.cpu_limit, c.mem_request, c.mem_limit) for c in ordered)
+        if qos == BEST_EFFORT:
+            qos = qos_class(per_container)
 
     if pod_level is not None and pod_level.cpu_request is not None:
         booked = pod_level.cpu_request
     else:
-        booked = _booked(tuple(containers))
+        booked = _booked(tuple(init) + tuple(app)) if init else sum(c.booked_cpu for c in app)
 
     owner_kind = None
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
-            owner_kind = ref.get("kind")
+            owner_kind = _intern(str(ref.get("kind")))
             break
 
-    mode = labels.get(keys.MODE_KEY, annotations.get(keys.MODE_KEY))
-    infeasible = any(
-        c.get("type") == "PodResizePending" and c.get("status") == "True" and c.get("reason") == "Infeasible"
-        for c in status.get("conditions") or ()
-    )
+    infeasible = False
+    for cond in status.get("conditions") or ():
+        if (
+            cond.get("type") == "PodResizePending"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "Infeasible"
+        ):
+            infeasible = True
+    node_name = spec.get("nodeName")
+    pinned = True
+    for c in containers:
+        if c.mem_limit is None or c.mem_request != c.mem_limit:
+            pinned = False
+            break
     return Pod(
-        namespace=str(meta.get("namespace") or "default"),
+        namespace=_intern(str(meta.get("namespace") or "default")),
         name=str(name),
         uid=str(meta.get("uid") or ""),
-        node_name=spec.get("nodeName") or None,
-        phase=str(status.get("phase") or "Pending"),
+        node_name=_intern(node_name) if node_name else None,
+        phase=_intern(str(status.get("phase") or "Pending")),
         deleting=meta.get("deletionTimestamp") is not None,
         mirror="kubernetes.io/config.mirror" in annotations,
         labels=labels,
-        mode=mode,
+        mode=labels.get(keys.MODE_KEY, annotations.get(keys.MODE_KEY)),
         max_cpu=annotations.get(keys.MAX_CPU_KEY),
         owner_kind=owner_kind,
-        containers=ordered,
+        containers=containers,
         overhead_cpu=overhead_cpu,
         pod_level=pod_level,
-        qos=qos,
+        qos=_intern(qos),
         booked_cpu=booked + overhead_cpu,
         resize_infeasible=infeasible,
         resource_version=str(meta.get("resourceVersion") or ""),
         status_annotation=annotations.get(keys.STATUS_KEY),
+        memory_pinned=pinned,
     )
 
 
@@ -293,7 +367,7 @@ def node_from_dict(obj: Mapping[str, Any]) -> Node:
     return Node(
         name=str(name),
         labels=labels,
-        allocatable_cpu=_cpu(obj, "status.allocatable.cpu", alloc),
+        allocatable_cpu=_cpu(obj, alloc, "status.allocatable.cpu"),
         windows=os_name == "windows",
         ready=ready,
         declared_features=tuple(status.get("declaredFeatures") or ()),

@@ -1,0 +1,15 @@
+"""The benchmarks keep running as the code changes (figures are not asserted here)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_controller.py"
+
+
+def test_benchmark_runs_at_small_size():
+    r = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for heading in ("memory per cached pod", "watch stream ingest", "policy"):
+        assert heading in r.stdout
+    assert "decisions/s" in r.stdout and "events of" in r.stdout
