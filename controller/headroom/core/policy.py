@@ -221,9 +221,9 @@ def compute_node(
                     limit, bound = cap, BOUND_MULTIPLIER
             if limit > allocatable:
                 limit, bound = allocatable, BOUND_ALLOCATABLE
-            cap = m.user_cap
-            if cap is not None and limit > cap:
-                limit, bound = cap, BOUND_USER_CAP
+            user_cap = m.user_cap
+            if user_cap is not None and limit > user_cap:
+                limit, bound = user_cap, BOUND_USER_CAP
             if limit < r:
                 limit = r
         limit = limit // QUANTUM * QUANTUM
