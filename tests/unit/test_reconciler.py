@@ -14,7 +14,9 @@ NS = {"team": namespace_from_dict({"metadata": {"name": "team", "labels": {"kube
 
 
 def _plan(annotation=None):
-    raw = pod(containers=[container(cpu="500m")], annotations={"kube-headroom.dev/status": annotation} if annotation else None)
+    raw = pod(
+        containers=[container(cpu="500m")], annotations={"kube-headroom.dev/status": annotation} if annotation else None
+    )
     p = pod_from_dict(raw)
     plan = plan_node(node_from_dict(node(cpu="16")), [p], NS, S, pod_level_resize=False)
     return plan, plan.pods[0].target
@@ -22,16 +24,36 @@ def _plan(annotation=None):
 
 def _due(annotation, settings=S):
     plan, t = _plan(annotation)
-    return annotation_due(plan.pods[0].pod, t, settings.dry_run, settings.pool,
-                          lambda shown, target: outside_deadband(shown, target, settings))
+    return annotation_due(
+        plan.pods[0].pod,
+        t,
+        settings.dry_run,
+        settings.pool,
+        lambda shown, target: outside_deadband(shown, target, settings),
+    )
 
 
 def test_annotation_has_the_spec_shape():
     plan, t = _plan()
     value = json.loads(status_annotation(plan, t))
-    assert list(value) == ["factor", "slack", "managedRequests", "nodePods", "target", "policy", "pool", "dryRun", "computedAt"]
+    assert list(value) == [
+        "factor",
+        "slack",
+        "managedRequests",
+        "nodePods",
+        "target",
+        "policy",
+        "pool",
+        "dryRun",
+        "computedAt",
+    ]
     assert value["factor"] == "32.00" and value["slack"] == "15500m" and value["managedRequests"] == "500m"
-    assert (value["target"], value["policy"], value["pool"], value["dryRun"]) == ("5000m", "proportional-v1", "batch", False)
+    assert (value["target"], value["policy"], value["pool"], value["dryRun"]) == (
+        "5000m",
+        "proportional-v1",
+        "batch",
+        False,
+    )
 
 
 def test_annotation_is_rewritten_only_when_it_says_something_new():
