@@ -102,6 +102,14 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _own_namespace() -> str:
+    """The pod's namespace in a cluster (for the lease), else `default`."""
+    try:
+        return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import signal
 
@@ -110,9 +118,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .engine.controller import Controller, Options
 
     logs.setup(args.log_format, args.log_level)
+    options = Options(
+        workers=args.workers,
+        identity=args.identity or "",
+        leader_elect=args.leader_elect,
+        lease_namespace=args.lease_namespace or _own_namespace(),
+        lease_name=args.lease_name,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        metrics_port=args.metrics_port or None,
+        health_port=args.health_port or None,
+    )
+    if not options.retry_period < options.renew_deadline < options.lease_duration:
+        raise UsageError("leader election needs --retry-period < --renew-deadline < --lease-duration")
     try:
         api = Api(connect(args.kubeconfig, args.context))
-        controller = Controller(api, Options(workers=args.workers, identity=args.identity or ""))
+        controller = Controller(api, options)
     except ApiError as exc:
         raise UsageError(str(exc)) from None
 
@@ -169,6 +191,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--identity", help="this replica's name in events and leases (default: hostname)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")
+    p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="only the holder of the Lease writes (default on)",
+    )
+    p.add_argument("--lease-namespace", help="namespace of the Lease (default: the pod's own, else default)")
+    p.add_argument("--lease-name", default="kube-headroom")
+    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
+    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plan", help="what the controller would do, read-only")

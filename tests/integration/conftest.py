@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -121,6 +122,12 @@ def make_node(api: Api) -> Iterator[Callable[..., str]]:
     for name in created:
         with contextlib.suppress(ApiError):
             api.delete(f"/api/v1/nodes/{name}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class RunningController:

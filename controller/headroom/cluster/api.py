@@ -98,6 +98,10 @@ class Api:
     def get(self, path: str, params: Mapping[str, str | int] | None = None, accept: str = JSON) -> Any:
         return orjson.loads(self._send("GET", path, params=params, accept=accept).data)
 
+    def request_json(self, method: str, path: str, body: Any = None) -> Any:
+        """Any verb with a JSON body, e.g. PUT for an optimistic update."""
+        return orjson.loads(self._send(method, path, body=body).data)
+
     def get_text(self, path: str) -> str:
         """A plain-text endpoint such as /readyz or /metrics."""
         return self._send("GET", path, accept="text/plain").data.decode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,13 +79,23 @@ def now_rfc3339(micro: bool = False) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
+class NotLeader(Exception):
+    """A write was attempted without a live lease; nothing was sent."""
+
+
 class Writer:
-    def __init__(self, api: Api, instance: str) -> None:
+    def __init__(self, api: Api, instance: str, may_write: Callable[[], bool] = lambda: True) -> None:
         self.api = api
         self.instance = instance
+        self.may_write = may_write  # leadership fence, checked before every write
         self.params = {"fieldManager": keys.FIELD_MANAGER}
 
+    def _fence(self) -> None:
+        if not self.may_write():
+            raise NotLeader()
+
     def resize(self, pod: Pod, target: PodTarget) -> Outcome:
+        self._fence()
         try:
             self.api.patch(
                 pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target), STRATEGIC_PATCH, self.params
@@ -96,6 +107,7 @@ class Writer:
     def annotate(self, pod: Pod, value: str) -> Outcome:
         """Write kube-headroom.dev/status; metadata only (RBAC: patch pods)."""
         body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
+        self._fence()
         try:
             self.api.patch(pod_path(pod.namespace, pod.name), body, MERGE_PATCH, self.params)
         except ApiError as exc:
@@ -104,6 +116,7 @@ class Writer:
 
     def event(self, pod: Pod, kind: str, reason: str, note: str, action: str = "Resize") -> None:
         """An events.k8s.io/v1 Event on the pod. Best effort: a lost event is only logged."""
+        self._fence()
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",

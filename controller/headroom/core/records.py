@@ -71,6 +71,7 @@ class Pod:
     resource_version: str = ""
     status_annotation: str | None = None  # kube-headroom.dev/status as last written
     memory_pinned: bool = False  # every container's memory request equals its limit
+    resize_pending: bool = False  # PodResizePending or PodResizeInProgress is True
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything eligibility and policy read: all but the resourceVersion and
@@ -89,6 +90,7 @@ class Pod:
             and self.qos == other.qos
             and self.resize_infeasible == other.resize_infeasible
             and self.memory_pinned == other.memory_pinned
+            and self.resize_pending == other.resize_pending
             and self.overhead_cpu == other.overhead_cpu
             and self.mirror == other.mirror
             and self.uid == other.uid
@@ -313,14 +315,13 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
             owner_kind = _intern(str(ref.get("kind")))
             break
 
-    infeasible = False
+    infeasible = pending = False
     for cond in status.get("conditions") or ():
-        if (
-            cond.get("type") == "PodResizePending"
-            and cond.get("status") == "True"
-            and cond.get("reason") == "Infeasible"
-        ):
-            infeasible = True
+        kind = cond.get("type")
+        if (kind == "PodResizePending" or kind == "PodResizeInProgress") and cond.get("status") == "True":
+            pending = True
+            if cond.get("reason") == "Infeasible":
+                infeasible = True
     node_name = spec.get("nodeName")
     pinned = True
     for c in containers:
@@ -348,6 +349,7 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         resource_version=str(meta.get("resourceVersion") or ""),
         status_annotation=annotations.get(keys.STATUS_KEY),
         memory_pinned=pinned,
+        resize_pending=pending,
     )
 
 

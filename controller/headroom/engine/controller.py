@@ -13,11 +13,13 @@ from typing import Any
 from ..cluster.api import Api, ApiError
 from ..cluster.cache import ClusterCache, Stale
 from ..cluster.discovery import ServerFacts, discover
+from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
-from ..cluster.writer import Writer
+from ..cluster.writer import NotLeader, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+from ..metrics import Metrics
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
 from .queue import NodeQueue, WriteLimiter
@@ -36,6 +38,15 @@ class Options:
     sync_timeout: float = 120.0
     capability_refresh: float = 300.0
     watch_timeout: int = 300
+    leader_elect: bool = True
+    lease_namespace: str = "default"
+    lease_name: str = "kube-headroom"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    metrics_port: int | None = None  # /metrics (and the probes); None: not served
+    health_port: int | None = None  # /healthz, /readyz (and /metrics); None: not served
+    metrics_host: str = "0.0.0.0"
 
 
 class Controller:
@@ -52,11 +63,35 @@ class Controller:
         self.retry = RetryDelay()
         self.facts = ServerFacts(None, False)
         self._pod_level_cluster = False
-        self.writer = Writer(api, self.identity)
-        self.outcomes: dict[tuple[str, bool], int] = {}  # (result, dry_run) -> count; metrics read it
+        self.metrics = Metrics()
+        self.metrics.queue_depth.set_function(self.queue.depth)
+        self.elector: LeaderElector | None = None
+        if self.options.leader_elect:
+            o = self.options
+            self.elector = LeaderElector(
+                api,
+                o.lease_namespace,
+                o.lease_name,
+                self.identity,
+                o.lease_duration,
+                o.renew_deadline,
+                o.retry_period,
+                on_started=self._started_leading,
+            )
+        self.writer = Writer(api, self.identity, self.leading)
+        self.outcomes: dict[tuple[str, bool], int] = {}  # (result, dry_run) -> count
         self.reconciler = Reconciler(
-            self.cache, self.config, self.writer, self.limiter, self.backoff, self._pod_level_for, self._count
+            self.cache,
+            self.config,
+            self.writer,
+            self.limiter,
+            self.backoff,
+            self._pod_level_for,
+            self._count,
+            self.metrics.observe_node,
         )
+        self.last_reconcile_ok = True
+        self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
         self.workers: list[threading.Thread] = []
         self.synced = threading.Event()
@@ -64,6 +99,22 @@ class Controller:
     # --- wiring -----------------------------------------------------------------------
     def _count(self, result: str, dry_run: bool) -> None:
         self.outcomes[(result, dry_run)] = self.outcomes.get((result, dry_run), 0) + 1
+        self.metrics.resizes.labels(result, str(dry_run).lower()).inc()
+
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def _started_leading(self) -> None:
+        # A new leader recomputes every node at once: the previous one may have died mid-way.
+        for name in self.cache.node_names():
+            self.queue.add(name, immediate=True)
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.synced.is_set():
+            return False, "caches not synced"
+        if self.leading() and not self.last_reconcile_ok:
+            return False, "the last reconcile failed"
+        return True, "ok"
 
     def _pod_level_for(self, node: Node) -> bool:
         return node_allows_pod_level_resize(node, self._pod_level_cluster)
@@ -72,6 +123,7 @@ class Controller:
         for name in stale.gone:
             self.queue.forget(name)
             self.limiter.forget(name)
+            self.metrics.forget_node(name)
         for name in stale.urgent:
             self.queue.add(name, immediate=True)
         for name in stale.nodes - stale.urgent:
@@ -141,6 +193,7 @@ class Controller:
         before = {n: self.config.settings_for(lab) for n, lab in labels.items()}
         self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))
         base = self.config.base
+        self.metrics.config_valid.set(0 if self.config.errors else 1)
         self.queue.debounce = base.debounce_seconds
         self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
         self._queue(Stale(nodes={n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}))
@@ -188,8 +241,17 @@ class Controller:
                     )
                     deadline = time.monotonic() + self.options.sync_timeout
         self._refresh_pod_level()
-        log.info("caches synced", extra={"nodes": len(self.cache.nodes), "pods": len(self.cache.pods)})
+        log.info(
+            "caches synced",
+            extra={
+                "nodes": len(self.cache.nodes),
+                "pods": len(self.cache.pods),
+                "podLevelResize": self._pod_level_cluster,
+            },
+        )
         self.synced.set()
+        if self.elector is not None:
+            self.elector.start()
         for name in self.cache.node_names():
             self.queue.add(name)
         for i in range(self.options.workers):
@@ -208,16 +270,28 @@ class Controller:
 
     def _work(self) -> None:
         while not self.stop.is_set():
+            if not self.leading():
+                self.stop.wait(0.2)  # standby: keep the cache warm, write nothing
+                continue
             node = self.queue.get(timeout=0.5)
             if node is None:
                 continue
+            started = time.perf_counter()
             try:
                 result = self.reconciler.reconcile(node)
+            except NotLeader:
+                self.queue.done(node)
+                self.queue.add(node, after=0.0)  # the next leader (maybe us again) redoes it
+                continue
             except Exception:
                 log.exception("reconcile crashed; node will be retried", extra={"node": node})
+                self.last_reconcile_ok = False
                 self.queue.done(node)
                 self.queue.add(node, after=self.retry.next(node))
                 continue
+            finally:
+                self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+            self.last_reconcile_ok = not result.failed
             self.queue.done(node)
             if result.failed:
                 self.queue.add(node, after=result.requeue_after or self.retry.next(node))
@@ -227,10 +301,17 @@ class Controller:
                     self.queue.add(node, after=result.requeue_after)
 
     def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop taking work, let in-flight writes finish (up to `timeout`), hand the lease back."""
         self.stop.set()
         self.queue.shutdown()
+        deadline = time.monotonic() + timeout
         for t in self.workers:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        for server in self._servers:
+            server.shutdown()
+        log.info("stopped", extra={"identity": self.identity})
 
     def run(self) -> None:
         self.start()

@@ -82,6 +82,7 @@ class Reconciler:
         backoff: PodBackoff,
         pod_level_resize: Callable[[Node], bool],
         on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None,
+        on_plan: Callable[[NodePlan], None] = lambda plan: None,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -90,6 +91,7 @@ class Reconciler:
         self.backoff = backoff
         self.pod_level_resize = pod_level_resize
         self.on_outcome = on_outcome  # (result, dry_run): metrics hook
+        self.on_plan = on_plan  # every computed node: metrics hook
         self._infeasible_seen: dict[str, str] = {}  # pod key -> resourceVersion already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
 
@@ -118,6 +120,7 @@ class Reconciler:
             pod_level_resize=self.pod_level_resize(view.node),
             backing_off=self.backoff.active(),
         )
+        self.on_plan(plan)
         result = Result()
         for pp in plan.pods:
             if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
@@ -174,7 +177,17 @@ class Reconciler:
             self.limiter.acquire(plan.node.name)
             outcome = self.writer.annotate(pod, status_annotation(plan, t))
             result.writes += 1
-            if outcome.result not in (APPLIED, GONE, CONFLICT):
+            if outcome.result == APPLIED:
+                log.info(
+                    "status annotation written",
+                    extra={
+                        "pod": pod.key,
+                        "node": plan.node.name,
+                        "target": format_milli(t.target),
+                        "dryRun": settings.dry_run,
+                    },
+                )
+            elif outcome.result not in (GONE, CONFLICT):
                 log.warning("status annotation not written", extra={"pod": pod.key, "error": outcome.message})
         return False
 

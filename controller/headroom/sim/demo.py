@@ -102,7 +102,7 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
         before_plan, before = _plan(api, version), _limits(api)
 
         kubelets = [SimulatedKubelet(api, n.node.name).start() for n in before_plan.nodes]
-        controller = Controller(api, Options(workers=2, identity="demo"))
+        controller = Controller(api, Options(workers=2, identity="demo", leader_elect=False))
         controller.start()
         deadline = time.monotonic() + seconds
         quiet_since = None

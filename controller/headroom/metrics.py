@@ -1,0 +1,167 @@
+"""Prometheus metrics (names fixed by SPEC §10) and the /metrics, /healthz, /readyz server."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+from .core.planner import NodePlan
+
+
+@dataclass
+class _NodeSeries:
+    pool: str
+    pods: set[tuple[str, str, str]] = field(default_factory=set)  # (namespace, pod, container)
+    managed: int = 0
+    pending: int = 0
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.node_factor = Gauge(
+            "headroom_node_factor",
+            "Limit as a multiple of request on the node before caps: 1 + slack / managed requests.",
+            ["node", "pool"],
+            registry=r,
+        )
+        self.node_slack = Gauge(
+            "headroom_node_slack_cores",
+            "Allocatable CPU no pod has requested, in cores (negative when overcommitted).",
+            ["node", "pool"],
+            registry=r,
+        )
+        self.pod_limit = Gauge(
+            "headroom_pod_limit_cores",
+            "Target CPU limit of each computed container of a managed pod, in cores.",
+            ["namespace", "pod", "container"],
+            registry=r,
+        )
+        self.resizes = Counter(
+            "headroom_resizes",
+            "Resize attempts by outcome; dry_run=true counts what would have been written.",
+            ["result", "dry_run"],
+            registry=r,
+        )
+        self.reconcile_seconds = Histogram(
+            "headroom_reconcile_duration_seconds",
+            "Time to reconcile one node, writes included.",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.pods_managed = Gauge(
+            "headroom_pods_managed",
+            "Managed pods per node pool (empty pool: nodes no profile selects).",
+            ["pool"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "headroom_pending_resizes", "Managed pods whose resize the kubelet has not finished.", registry=r
+        )
+        self.queue_depth = Gauge("headroom_workqueue_depth", "Nodes waiting to be reconciled.", registry=r)
+        self.config_valid = Gauge(
+            "headroom_config_valid", "1 when every HeadroomConfig and NodePoolProfile is valid, else 0.", registry=r
+        )
+        self._nodes: dict[str, _NodeSeries] = {}
+        self._lock = threading.Lock()
+
+    def observe_node(self, plan: NodePlan) -> None:
+        name, pool = plan.node.name, plan.settings.pool
+        pods: set[tuple[str, str, str]] = set()
+        managed = pending = 0
+        for pp in plan.pods:
+            t = pp.target
+            if t is None:
+                continue
+            managed += 1
+            pending += pp.pod.resize_pending
+            if t.pod_level:
+                key = (pp.pod.namespace, pp.pod.name, "")
+                pods.add(key)
+                self.pod_limit.labels(*key).set(t.target / 1000)
+            for c in t.containers:
+                key = (pp.pod.namespace, pp.pod.name, c.name)
+                pods.add(key)
+                self.pod_limit.labels(*key).set(c.target / 1000)
+        with self._lock:
+            old = self._nodes.get(name)
+            if old is not None:
+                for key in old.pods - pods:
+                    self.pod_limit.remove(*key)
+                if old.pool != pool:
+                    self._drop_node_series(name, old.pool)
+            self._nodes[name] = _NodeSeries(pool, pods, managed, pending)
+            self.node_factor.labels(name, pool).set(plan.summary.factor)
+            self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
+            self._totals()
+
+    def _drop_node_series(self, node: str, pool: str) -> None:
+        for gauge in (self.node_factor, self.node_slack):
+            with contextlib.suppress(KeyError):
+                gauge.remove(node, pool)
+
+    def forget_node(self, node: str) -> None:
+        with self._lock:
+            old = self._nodes.pop(node, None)
+            if old is None:
+                return
+            for key in old.pods:
+                self.pod_limit.remove(*key)
+            self._drop_node_series(node, old.pool)
+            self._totals()
+
+    def _totals(self) -> None:
+        per_pool: dict[str, int] = {}
+        for s in self._nodes.values():
+            per_pool[s.pool] = per_pool.get(s.pool, 0) + s.managed
+        for pool, count in per_pool.items():
+            self.pods_managed.labels(pool).set(count)
+        for labels in list(self.pods_managed._metrics):  # pools that vanished
+            if labels[0] not in per_pool:
+                self.pods_managed.remove(*labels)
+        self.pending.set(sum(s.pending for s in self._nodes.values()))
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # probes every few seconds would drown the controller's own log lines
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def serve(
+    metrics: Metrics,
+    port: int,
+    healthy: Callable[[], bool],
+    ready: Callable[[], tuple[bool, str]],
+    host: str = "0.0.0.0",
+) -> WSGIServer:
+    """/metrics, /healthz and /readyz on one port, in a background thread."""
+    prometheus = make_wsgi_app(metrics.registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            return prometheus(environ, start_response)  # type: ignore[no-any-return]
+        if path in ("/healthz", "/livez"):
+            ok, why = healthy(), "ok"
+        elif path == "/readyz":
+            ok, why = ready()
+        else:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+        return [(why if ok else f"not ready: {why}").encode() + b"\n"]
+
+    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
