@@ -26,8 +26,16 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/headroom crds --check
 
+# promtool checks the metrics and alert rules; taken from Debian's prometheus package,
+# unpacked, never run as a service.
+PROMTOOL := .cache/tools/usr/bin/promtool
+$(PROMTOOL):
+	mkdir -p .cache/tools
+	cd .cache/tools && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } \
+		&& dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb
+
 # Everything CI runs: lint, the real kube-apiserver + etcd build, and the whole test suite.
-test: lint
+test: lint $(PROMTOOL)
 	tests/testenv/build.sh >/dev/null
 	$(BIN)/pytest
 

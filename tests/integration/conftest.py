@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
-from headroom.sim.controlplane import ControlPlane, build
+from headroom.sim.controlplane import ControlPlane, build, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,23 +125,26 @@ def make_node(api: Api) -> Iterator[Callable[..., str]]:
             api.delete(f"/api/v1/nodes/{name}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RunningController:
     """`headroom run` as a user starts it: a separate process with a kubeconfig."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, args: list[str]) -> None:
         self.log_path = log_path
+        self.metrics_port, self.health_port = free_port(), free_port()
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        ports = ["--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "headroom", "run", "--kubeconfig", str(kubeconfig), *args],
+            [sys.executable, "-m", "headroom", "run", "--kubeconfig", str(kubeconfig), *ports, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+
+    def http(self, path: str, port: int | None = None) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port or self.health_port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
 
     def logs(self) -> list[dict[str, Any]]:
         out = []

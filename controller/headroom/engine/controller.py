@@ -19,7 +19,7 @@ from ..cluster.writer import NotLeader, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
-from ..metrics import Metrics
+from ..metrics import Metrics, serve
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
 from .queue import NodeQueue, WriteLimiter
@@ -204,7 +204,13 @@ class Controller:
 
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
+        ports = {p for p in (self.options.metrics_port, self.options.health_port) if p is not None}
+        for port in sorted(ports):
+            self._servers.append(
+                serve(self.metrics, port, lambda: not self.stop.is_set(), self.ready, self.options.metrics_host)
+            )
         self.facts = discover(self.api)
+
         log.info(
             "cluster capabilities",
             extra={"serverVersion": self.facts.server_version, "podsResize": self.facts.pods_resize},

@@ -53,7 +53,7 @@ def build() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -96,8 +96,8 @@ class ControlPlane:
         (w / "tokens.csv").write_text(
             "".join(f'{tok},{user},{user},"{group}"\n' for tok, (user, group) in USERS.items())
         )
-        client, peer = _free_port(), _free_port()
-        self.port = _free_port()
+        client, peer = free_port(), free_port()
+        self.port = free_port()
         self._spawn(
             "etcd",
             [

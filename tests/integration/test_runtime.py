@@ -1,0 +1,178 @@
+"""Issue 5 on the real API server: leader election, metrics and probes, logs, pod-level
+resources, allocatable changes, shutdown."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from test_controller import cpu_limits, create_pod, events, wait_limits
+
+from factories import container
+from headroom.cluster.api import MERGE_PATCH, pod_path
+from headroom.sim.controlplane import ADMIN_TOKEN
+from headroom.sim.kubelet import SimulatedKubelet
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMTOOL = ROOT / ".cache" / "tools" / "usr" / "bin" / "promtool"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"
+
+
+def _ts(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config()
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, namespace, node, "first", containers=[container(cpu="500m")])
+        a = start_controller("--identity", "replica-a")
+        a.wait_for_log("became leader")
+        b = start_controller("--identity", "replica-b")
+        wait_limits(api, namespace, "first", ["5"], timeout=10)
+        assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-a"
+
+        a.proc.kill()  # SIGKILL: no lease release
+        killed = datetime.datetime.now(datetime.UTC)
+        started = time.monotonic()
+        create_pod(api, namespace, node, "second", containers=[container(cpu="1")])
+        # S = 8 - 1.5 = 6.5, M = 1.5: second = 1 + 6.5 x 1/1.5 = 5.33 -> 5330m
+        took = wait_limits(api, namespace, "second", ["5330m"], timeout=25)
+        assert time.monotonic() - started <= 15 + 2, f"standby wrote {time.monotonic() - started:.1f}s after the kill"
+        assert took <= 17
+        assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-b"
+        assert not [r for r in b.logs() if r.get("msg") == "became leader" and _ts(r["ts"]) < killed]
+
+        # at no moment did both write: every write of A precedes every write of B
+        by = {"replica-a": [], "replica-b": []}
+        for e in events(api, namespace, "CPULimitAdjusted"):
+            by[e["reportingInstance"]].append(_ts(e["eventTime"]))
+        assert by["replica-a"] and by["replica-b"]
+        assert max(by["replica-a"]) < killed <= min(by["replica-b"])
+
+
+def test_metrics_probes_and_promtool(api, namespace, make_node, headroom_config, start_controller):
+    headroom_config()
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+        c = start_controller()
+        wait_limits(api, namespace, "p", ["5"], timeout=10)
+        assert c.http("/healthz") == (200, "ok\n")
+        deadline = time.monotonic() + 10
+        while c.http("/readyz")[0] != 200:
+            assert time.monotonic() < deadline, c.http("/readyz")
+            time.sleep(0.2)
+        status, text = c.http("/metrics", c.metrics_port)
+        assert status == 200
+        for name in (
+            "headroom_node_factor",
+            "headroom_node_slack_cores",
+            "headroom_pod_limit_cores",
+            "headroom_resizes_total",
+            "headroom_reconcile_duration_seconds_bucket",
+            "headroom_pods_managed",
+            "headroom_pending_resizes",
+            "headroom_workqueue_depth",
+            "headroom_config_valid",
+        ):
+            assert name in text, name
+        assert f'headroom_pod_limit_cores{{container="app",namespace="{namespace}",pod="p"}} 5.0' in text
+        assert 'headroom_resizes_total{dry_run="false",result="applied"}' in text
+        assert "headroom_config_valid 1.0" in text
+        assert PROMTOOL.exists(), "promtool is installed by `make test` (Debian's prometheus package, unpacked)"
+        lint = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
+        assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint.stdout + lint.stderr
+
+
+def test_logs_are_json_lines_with_every_write_and_no_token(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config()
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+        c = start_controller()
+        wait_limits(api, namespace, "p", ["5"], timeout=10)
+        c.wait_for_log("status annotation written")
+    raw = c.log_path.read_text()
+    assert ADMIN_TOKEN not in raw
+    records = [json.loads(line) for line in raw.splitlines()]
+    (resize,) = [r for r in records if r["msg"] == "cpu limit adjusted"]
+    assert resize["pod"] == f"{namespace}/p" and resize["node"] == node and resize["change"] == "none → 5"
+    assert resize["reason"] == "maxMultiplier" and resize["level"] == "info"
+
+
+def test_pod_level_pods_get_only_a_pod_level_limit_where_the_node_declares_the_feature(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config()
+    res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    on = make_node(cpu="8", features=["InPlacePodLevelResourcesVerticalScaling"])
+    off = make_node(cpu="8")
+    with SimulatedKubelet(api, on), SimulatedKubelet(api, off):
+        create_pod(
+            api,
+            namespace,
+            on,
+            "plr",
+            containers=[container(cpu="100m", limit="800m", mem=None, mem_limit=None)],
+            pod_resources=res,
+        )
+        create_pod(
+            api,
+            namespace,
+            off,
+            "plr-off",
+            containers=[container(cpu=None, mem=None, mem_limit=None)],
+            pod_resources=res,
+        )
+        c = start_controller()
+        deadline = time.monotonic() + 10
+        while (api.get(pod_path(namespace, "plr"))["spec"]["resources"]["limits"]["cpu"]) == "1":
+            assert time.monotonic() < deadline, c.logs()[-5:]
+            time.sleep(0.1)
+        p = api.get(pod_path(namespace, "plr"))
+        assert p["spec"]["resources"]["limits"]["cpu"] == "5"  # 500m x 10
+        assert p["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "800m"  # container limit untouched
+        time.sleep(1.5)
+        assert api.get(pod_path(namespace, "plr-off"))["spec"]["resources"]["limits"]["cpu"] == "1"
+
+
+def test_allocatable_drop_recomputes_at_once_and_a_rise_waits_for_the_debounce(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config(debouncePeriod="6s")
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+        start_controller()
+        wait_limits(api, namespace, "p", ["5"], timeout=15)
+        api.patch(f"/api/v1/nodes/{node}/status", {"status": {"allocatable": {"cpu": "2"}}}, MERGE_PATCH)
+        dropped = wait_limits(api, namespace, "p", ["2"], timeout=5)  # S = 1.5, the lone pod gets it all
+        assert dropped < 2.0, f"an allocatable drop took {dropped:.1f}s (debounce is 6s)"
+        api.patch(f"/api/v1/nodes/{node}/status", {"status": {"allocatable": {"cpu": "8"}}}, MERGE_PATCH)
+        time.sleep(3)
+        assert cpu_limits(api, namespace, "p") == ["2"], "a rise must wait for the debounce"
+        wait_limits(api, namespace, "p", ["5"], timeout=8)
+
+
+def test_sigterm_exits_zero_quickly_and_releases_the_lease(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config()
+    node = make_node(cpu="8")
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+    c = start_controller("--identity", "replica-term")
+    c.wait_for_log("became leader")
+    started = time.monotonic()
+    assert c.stop() == 0
+    assert time.monotonic() - started < 10
+    assert api.get(LEASE)["spec"]["holderIdentity"] in ("", None)
+    assert any(r.get("msg") == "lease released" for r in c.logs())
