@@ -90,12 +90,12 @@ class Writer:
         self.may_write = may_write  # leadership fence, checked before every write
         self.params = {"fieldManager": keys.FIELD_MANAGER}
 
-    def _fence(self) -> None:
+    def fence(self) -> None:
         if not self.may_write():
             raise NotLeader()
 
     def resize(self, pod: Pod, target: PodTarget) -> Outcome:
-        self._fence()
+        self.fence()
         try:
             self.api.patch(
                 pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target), STRATEGIC_PATCH, self.params
@@ -107,7 +107,7 @@ class Writer:
     def annotate(self, pod: Pod, value: str) -> Outcome:
         """Write kube-headroom.dev/status; metadata only (RBAC: patch pods)."""
         body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
-        self._fence()
+        self.fence()
         try:
             self.api.patch(pod_path(pod.namespace, pod.name), body, MERGE_PATCH, self.params)
         except ApiError as exc:
@@ -115,12 +115,19 @@ class Writer:
         return Outcome(APPLIED)
 
     def event(self, pod: Pod, kind: str, reason: str, note: str, action: str = "Resize") -> None:
-        """An events.k8s.io/v1 Event on the pod. Best effort: a lost event is only logged."""
-        self._fence()
+        """An events.k8s.io/v1 Event on the pod."""
+        ref = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        self.object_event(ref, kind, reason, note, action)
+
+    def object_event(self, regarding: dict[str, str], kind: str, reason: str, note: str, action: str) -> None:
+        """An Event about any object (cluster-scoped ones are recorded in `default`).
+        Best effort: a lost event is only logged."""
+        self.fence()
+        namespace = regarding.get("namespace") or "default"
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"name": f"{pod.name}.{secrets.token_hex(8)}", "namespace": pod.namespace},
+            "metadata": {"name": f"{regarding['name']}.{secrets.token_hex(8)}", "namespace": namespace},
             "eventTime": now_rfc3339(micro=True),
             "reportingController": f"{keys.GROUP}/controller",
             "reportingInstance": self.instance,
@@ -128,15 +135,12 @@ class Writer:
             "reason": reason,
             "note": note[:1024],
             "type": kind,
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "uid": pod.uid,
-            },
+            "regarding": regarding,
         }
         try:
-            self.api.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
+            self.api.post(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body)
         except ApiError as exc:
-            log.warning("event not recorded", extra={"pod": pod.key, "reason": reason, "error": str(exc)})
+            log.warning(
+                "event not recorded",
+                extra={"object": f"{regarding['kind']}/{regarding['name']}", "reason": reason, "error": str(exc)},
+            )

@@ -131,7 +131,12 @@ class Resolver:
         """Every profile that selects a node with these labels, winner first."""
         return [p for p in self.profiles if p.node_selector.matches(labels)]
 
+    def settings_of(self, profile: str) -> Settings | None:
+        """The merged settings of a usable profile, by name."""
+        return self._merged.get(profile)
+
     def for_labels(self, labels: Mapping[str, str]) -> Settings:
+
         for p in self.profiles:
             if p.node_selector.matches(labels):
                 return self._merged[p.name]

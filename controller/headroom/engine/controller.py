@@ -15,15 +15,17 @@ from ..cluster.cache import ClusterCache, Stale
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
-from ..cluster.writer import NotLeader, Writer
+from ..cluster.writer import APPLIED, CONFLICT, NotLeader, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
+from ..core.planner import NodePlan
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from ..metrics import Metrics, serve
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
 from .queue import NodeQueue, WriteLimiter
 from .reconciler import Reconciler
+from .status import StatusWriter
 
 log = logging.getLogger("headroom.controller")
 
@@ -88,9 +90,18 @@ class Controller:
             self.backoff,
             self._pod_level_for,
             self._count,
-            self.metrics.observe_node,
+            self._observe,
+        )
+        self.status = StatusWriter(
+            api,
+            self.writer,
+            self.cache.custom_objects,
+            lambda: self.config.errors,
+            lambda: self.config.resolver,
+            self.cache.node_labels,
         )
         self.last_reconcile_ok = True
+
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
         self.workers: list[threading.Thread] = []
@@ -100,8 +111,18 @@ class Controller:
     def _count(self, result: str, dry_run: bool) -> None:
         self.outcomes[(result, dry_run)] = self.outcomes.get((result, dry_run), 0) + 1
         self.metrics.resizes.labels(result, str(dry_run).lower()).inc()
+        if not dry_run:
+            if result == APPLIED:
+                self.status.facts.applied += 1
+            elif result != CONFLICT:
+                self.status.facts.failed += 1
+
+    def _observe(self, plan: NodePlan) -> None:
+        self.metrics.observe_node(plan)
+        self.status.observe(plan)
 
     def leading(self) -> bool:
+
         return self.elector is None or self.elector.is_leader()
 
     def _started_leading(self) -> None:
@@ -124,6 +145,8 @@ class Controller:
             self.queue.forget(name)
             self.limiter.forget(name)
             self.metrics.forget_node(name)
+            self.status.node_gone(name)
+
         for name in stale.urgent:
             self.queue.add(name, immediate=True)
         for name in stale.nodes - stale.urgent:
@@ -196,11 +219,25 @@ class Controller:
         self.metrics.config_valid.set(0 if self.config.errors else 1)
         self.queue.debounce = base.debounce_seconds
         self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
-        self._queue(Stale(nodes={n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}))
+        changed = {n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}
+        self._queue(Stale(nodes=changed))
+        # A new generation of any object is Reconciling until the nodes it changed are recomputed.
+        everything = set(labels) if not self.synced.is_set() else None
+        for kind in (keys.CONFIG_KIND, keys.PROFILE_KIND):
+            for obj in self.cache.custom_objects(kind):
+                meta = obj.get("metadata") or {}
+                self.status.spec_seen(
+                    f"{kind}/{meta.get('name')}",
+                    int(meta.get("generation") or 0),
+                    everything if everything is not None else changed,
+                )
 
     def _refresh_pod_level(self) -> None:
         nodes = [self.cache.view(n) for n in self.cache.node_names()]
         self._pod_level_cluster = pod_level_resize([v.node for v in nodes if v], self.facts.version)
+        self.status.facts.server_version = self.facts.server_version
+        self.status.facts.pods_resize = self.facts.pods_resize
+        self.status.facts.pod_level = self._pod_level_cluster
 
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
@@ -255,18 +292,34 @@ class Controller:
                 "podLevelResize": self._pod_level_cluster,
             },
         )
+        nodes = set(self.cache.node_names())
+        for kind in (keys.CONFIG_KIND, keys.PROFILE_KIND):  # the first pass is every object's first wave
+            for obj in self.cache.custom_objects(kind):
+                meta = obj.get("metadata") or {}
+                self.status.spec_seen(f"{kind}/{meta.get('name')}", int(meta.get("generation") or 0), nodes, force=True)
         self.synced.set()
         if self.elector is not None:
             self.elector.start()
-        for name in self.cache.node_names():
+        for name in nodes:
             self.queue.add(name)
+        threading.Thread(target=self._status_loop, name="status", daemon=True).start()
+
         for i in range(self.options.workers):
             t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
             t.start()
             self.workers.append(t)
         threading.Thread(target=self._refresh_loop, name="capabilities", daemon=True).start()
 
+    def _status_loop(self) -> None:
+        while not self.stop.wait(0.5):
+            if self.leading():
+                try:
+                    self.status.flush()
+                except Exception:
+                    log.exception("status update failed")
+
     def _refresh_loop(self) -> None:
+
         while not self.stop.wait(self.options.capability_refresh):
             try:
                 self.facts = discover(self.api)
@@ -298,6 +351,8 @@ class Controller:
             finally:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
             self.last_reconcile_ok = not result.failed
+            self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
+
             self.queue.done(node)
             if result.failed:
                 self.queue.add(node, after=result.requeue_after or self.retry.next(node))

@@ -26,6 +26,8 @@ log = logging.getLogger("headroom.reconcile")
 class Result:
     requeue_after: float | None = None  # None: done; else try the node again after this
     writes: int = 0
+    resizes: int = 0  # resizes the server accepted
+
     failed: bool = False
 
 
@@ -145,6 +147,8 @@ class Reconciler:
                 self.on_outcome(outcome.result, False)
             if outcome.result == APPLIED:
                 wrote_resize = True
+                result.resizes += 1
+
                 log.info(
                     "cpu limit adjusted",
                     extra={

@@ -1,0 +1,329 @@
+"""The status Headroom writes back onto HeadroomConfig and every NodePoolProfile (SPEC §7).
+
+kstatus reads it as: `observedGeneration` behind → InProgress; `Reconciling=True` →
+InProgress; `Stalled=True` → Failed; otherwise Current. Argo CD reads the same conditions
+through `health.lua`. A spec change opens a *wave*: the nodes whose settings it changes;
+the object is Reconciling until every one of them has been recomputed since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cluster.api import Api, ApiError
+from ..cluster.writer import NotLeader, Writer
+from ..core import keys
+from ..core.params import Resolver
+from ..core.planner import NodePlan
+
+log = logging.getLogger("headroom.status")
+
+GENERATED = ("lastReconcileTime", "lastAppliedTime")  # times: not a reason to rewrite
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(slots=True)
+class NodeStat:
+    pool: str
+    managed: int = 0
+    unmanaged: int = 0
+    at_target: int = 0
+    pending: int = 0
+    factor: float = 1.0
+    dry_run: bool = False
+    ok: bool = True
+
+
+@dataclass
+class Facts:
+    """What the controller knows that the status reports (capabilities, counters)."""
+
+    server_version: str | None = None
+    pods_resize: bool = False
+    pod_level: bool = False
+    applied: int = 0
+    failed: int = 0
+
+
+def _cond(kind: str, status: str, reason: str, message: str, generation: int) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "observedGeneration": generation}
+
+
+def _comparable(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = copy.deepcopy(dict(status or {}))
+    for key in GENERATED:
+        out.pop(key, None)
+    for c in out.get("conditions") or []:
+        c.pop("lastTransitionTime", None)
+    return out
+
+
+@dataclass
+class StatusWriter:
+    api: Api
+    writer: Writer
+    objects: Callable[[str], list[dict[str, Any]]]  # kind -> raw objects from the cache
+    errors: Callable[[], Mapping[str, str]]  # "Kind/name" -> validation problem
+    resolver: Callable[[], Resolver]
+    node_labels: Callable[[], Mapping[str, Mapping[str, str]]]
+    facts: Facts = field(default_factory=Facts)
+    min_interval: float = 3.0
+    clock: Callable[[], float] = time.monotonic
+    nodes: dict[str, NodeStat] = field(default_factory=dict)
+    waves: dict[str, tuple[int, set[str]]] = field(default_factory=dict)  # "Kind/name" -> (generation, nodes)
+    last_reconcile: str | None = None
+    last_applied: dict[str, str] = field(default_factory=dict)  # pool -> time of the last resize
+    _written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _written_at: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- inputs -----------------------------------------------------------------------
+    def observe(self, plan: NodePlan) -> None:
+        managed = at_target = pending = unmanaged = 0
+        for pp in plan.pods:
+            if pp.target is None:
+                unmanaged += 0 if pp.pod.terminal else 1
+                continue
+            managed += 1
+            pending += pp.pod.resize_pending
+            at_target += not pp.target.apply
+        with self._lock:
+            self.nodes[plan.node.name] = NodeStat(
+                plan.settings.pool, managed, unmanaged, at_target, pending, plan.summary.factor, plan.settings.dry_run
+            )
+
+    def node_done(self, node: str, ok: bool, wrote: bool) -> None:
+        with self._lock:
+            stat = self.nodes.get(node)
+            if stat is not None:
+                stat.ok = ok
+                if wrote:
+                    self.last_applied[stat.pool] = _now()
+            self.last_reconcile = _now()
+            for _, pending in self.waves.values():
+                pending.discard(node)
+
+    def node_gone(self, node: str) -> None:
+        with self._lock:
+            self.nodes.pop(node, None)
+            for _, pending in self.waves.values():
+                pending.discard(node)
+
+    def spec_seen(self, key: str, generation: int, affected: set[str], force: bool = False) -> None:
+        """A new generation of an object: its wave is the nodes it affects."""
+        with self._lock:
+            old = self.waves.get(key)
+            if force or old is None or old[0] != generation:
+                self.waves[key] = (generation, set(affected))
+
+    # --- computing --------------------------------------------------------------------
+    def _common(
+        self, key: str, obj: Mapping[str, Any], scope: set[str], dry_run: bool
+    ) -> tuple[list[dict[str, Any]], bool]:
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        problem = self.errors().get(key)
+        wave = self.waves.get(key)
+        waiting = len(wave[1]) if wave is not None and wave[0] == generation else len(scope)
+        failed = sorted(n for n in scope if n in self.nodes and not self.nodes[n].ok)
+        conds = []
+        if problem is not None:
+            conds.append(
+                _cond(
+                    "Stalled", "True", "InvalidSpec", f"{problem}; running on the last valid configuration", generation
+                )
+            )
+            conds.append(_cond("Reconciling", "False", "InvalidSpec", "the spec cannot be acted on", generation))
+            conds.append(_cond("Ready", "False", "InvalidSpec", problem, generation))
+        else:
+            conds.append(_cond("Stalled", "False", "SpecValid", "the spec is valid", generation))
+            if waiting:
+                conds.append(
+                    _cond(
+                        "Reconciling",
+                        "True",
+                        "Progressing",
+                        f"{waiting} of {len(scope)} node(s) still to recompute for generation {generation}",
+                        generation,
+                    )
+                )
+                conds.append(_cond("Ready", "Unknown", "Progressing", "recomputing the affected nodes", generation))
+            elif failed:
+                conds.append(_cond("Reconciling", "False", "ReconcileFailed", "retrying", generation))
+                conds.append(
+                    _cond(
+                        "Ready",
+                        "False",
+                        "ReconcileFailed",
+                        f"the last reconcile failed on {len(failed)} node(s), e.g. {failed[0]}; retrying",
+                        generation,
+                    )
+                )
+            else:
+                conds.append(_cond("Reconciling", "False", "Reconciled", "every node is computed", generation))
+                conds.append(_cond("Ready", "True", "Reconciled", f"{len(scope)} node(s) computed", generation))
+        conds.append(
+            _cond(
+                "DryRun",
+                "True" if dry_run else "False",
+                "DryRunEnabled" if dry_run else "Active",
+                "no resize is written; annotations and metrics only" if dry_run else "resizes are written",
+                generation,
+            )
+        )
+        return conds, problem is None
+
+    def config_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        resolver = self.resolver()
+        scope = set(self.nodes)
+        dry_run = resolver.base.dry_run
+        conds, _ = self._common(f"{keys.CONFIG_KIND}/{obj['metadata']['name']}", obj, scope, dry_run)
+        pools: dict[str, list[int]] = {p.name: [0, 0] for p in resolver.profiles}
+        pools.setdefault("", [0, 0])
+        for stat in self.nodes.values():
+            entry = pools.setdefault(stat.pool, [0, 0])
+            entry[0] += 1
+            entry[1] += stat.managed
+        status: dict[str, Any] = {
+            "observedGeneration": int(obj["metadata"].get("generation") or 0),
+            "conditions": conds,
+            "mode": "DryRun" if dry_run else "Active",
+            "nodes": len(self.nodes),
+            "managedPods": sum(s.managed for s in self.nodes.values()),
+            "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
+            "podsAtTarget": sum(s.at_target for s in self.nodes.values()),
+            "pendingResizes": sum(s.pending for s in self.nodes.values()),
+            "resizesApplied": self.facts.applied,
+            "resizesFailed": self.facts.failed,
+            "capabilities": {
+                "serverVersion": self.facts.server_version or "",
+                "podsResize": self.facts.pods_resize,
+                "inPlacePodLevelResources": self.facts.pod_level,
+            },
+            "pools": [{"name": n, "nodes": v[0], "managedPods": v[1]} for n, v in sorted(pools.items())],
+        }
+        if self.last_reconcile:
+            status["lastReconcileTime"] = self.last_reconcile
+        return status
+
+    def profile_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        resolver = self.resolver()
+        labels = self.node_labels()
+        mine = {n for n, s in self.nodes.items() if s.pool == name}
+        profile = next((p for p in resolver.profiles if p.name == name), None)
+        settings = resolver.settings_of(name)
+
+        dry_run = settings.dry_run if settings else resolver.base.dry_run
+        conds, _ = self._common(f"{keys.PROFILE_KIND}/{name}", obj, mine, dry_run)
+        generation = int(obj["metadata"].get("generation") or 0)
+        lost: dict[str, int] = {}
+        if profile is not None:
+            for _node, lab in labels.items():
+                matching = resolver.matching(lab)
+                if profile in matching and matching[0] is not profile:
+                    lost[matching[0].name] = lost.get(matching[0].name, 0) + 1
+        if lost:
+            winners = ", ".join(f"'{w}' on {n} node(s)" for w, n in sorted(lost.items()))
+            conds.append(
+                _cond(
+                    "Conflict",
+                    "True",
+                    "Overlap",
+                    f"selects {sum(lost.values())} node(s) another profile wins: {winners} "
+                    "(higher priority, or the same priority and a name sorting first)",
+                    generation,
+                )
+            )
+        else:
+            conds.append(_cond("Conflict", "False", "NoOverlap", "no other profile wins any of its nodes", generation))
+        stats = [self.nodes[n] for n in mine]
+        factor = sum(s.factor for s in stats) / len(stats) if stats else 1.0
+        paused = bool((obj.get("spec") or {}).get("paused"))
+        status: dict[str, Any] = {
+            "observedGeneration": generation,
+            "conditions": conds,
+            "mode": "DryRun" if dry_run else "Paused" if paused else "Active",
+            "matchedNodes": len(mine),
+            "managedPods": sum(s.managed for s in stats),
+            "pendingResizes": sum(s.pending for s in stats),
+            "averageFactor": f"{factor:.2f}",
+        }
+        if name in self.last_applied:
+            status["lastAppliedTime"] = self.last_applied[name]
+        return status
+
+    # --- writing ----------------------------------------------------------------------
+    def flush(self) -> int:
+        """Write every status that changed (and whose last write is old enough); the count."""
+        written = 0
+        for kind, compute in ((keys.CONFIG_KIND, self.config_status), (keys.PROFILE_KIND, self.profile_status)):
+            for obj in self.objects(kind):
+                if obj.get("metadata", {}).get("deletionTimestamp"):
+                    continue
+                with self._lock:
+                    status = compute(obj)
+                key = f"{kind}/{obj['metadata']['name']}"
+                if self._write_if_changed(kind, key, obj, status):
+                    written += 1
+        return written
+
+    def _write_if_changed(self, kind: str, key: str, obj: Mapping[str, Any], status: dict[str, Any]) -> bool:
+        new = _comparable(status)
+        current = self._written.get(key, _comparable(obj.get("status")))
+        if new == current:
+            return False
+        now = self.clock()
+        first = key not in self._written_at and not obj.get("status")
+        if not first and now - self._written_at.get(key, -1e9) < self.min_interval:
+            return False
+        old_conds = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+        stamp = _now()
+        for c in status["conditions"]:
+            old = old_conds.get(c["type"])
+            c["lastTransitionTime"] = (
+                old["lastTransitionTime"]
+                if old and old.get("status") == c["status"] and old.get("lastTransitionTime")
+                else stamp
+            )
+            if (
+                c["status"] == "True"
+                and c["type"] in ("Stalled", "Conflict")
+                and (not old or old.get("status") != "True")
+            ):
+                self._event(kind, obj, c)
+        body = {
+            "apiVersion": keys.API_VERSION,
+            "kind": kind,
+            "metadata": {"name": obj["metadata"]["name"]},
+            "status": status,
+        }
+        try:
+            self.writer.fence()
+            self.api.apply(body, keys.FIELD_MANAGER, subresource="status")
+        except NotLeader:
+            return False
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("status not written", extra={"object": key, "error": str(exc)})
+            return False
+        self._written[key] = new
+        self._written_at[key] = now
+        return True
+
+    def _event(self, kind: str, obj: Mapping[str, Any], cond: Mapping[str, Any]) -> None:
+        reason = "ConfigInvalid" if cond["type"] == "Stalled" else "ProfileConflict"
+        meta = obj["metadata"]
+        ref = {"apiVersion": keys.API_VERSION, "kind": kind, "name": meta["name"], "uid": meta.get("uid", "")}
+        with contextlib.suppress(NotLeader):
+            self.writer.object_event(ref, "Warning", reason, str(cond["message"]), "Validate")
