@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,36 @@ def test_printer_columns(api: Api, crds_installed):
     finally:
         api.delete(object_path(cfg))
         api.delete(object_path(prof))
+
+
+def test_every_field_has_kubectl_explain_text_in_the_served_openapi(api: Api, crds_installed):
+    deadline = time.monotonic() + 30
+    while True:  # the server publishes a new CRD's OpenAPI a little after it is Established
+        try:
+            doc = api.get("/openapi/v3/apis/kube-headroom.dev/v1alpha1")
+            break
+        except ApiError:
+            assert time.monotonic() < deadline, "the CRDs' OpenAPI v3 document was never served"
+            time.sleep(0.5)
+
+    schemas = doc["components"]["schemas"]
+    missing: list[str] = []
+    visited: list[str] = []
+
+    def walk(node: dict, path: str) -> None:
+        if "$ref" in node or "allOf" in node:  # metadata: the server's own ObjectMeta
+            return
+        for name, sub in (node.get("properties") or {}).items():
+            visited.append(f"{path}{name}")
+            if not sub.get("description"):
+                missing.append(f"{path}{name}")
+            walk(sub, f"{path}{name}.")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[].")
+
+    for kind in ("HeadroomConfig", "NodePoolProfile"):
+        root = schemas[f"dev.kube-headroom.v1alpha1.{kind}"]
+        assert root.get("description")
+        walk(root, f"{kind}.")
+    assert missing == [], f"fields without a description: {missing}"
+    assert "NodePoolProfile.spec.exclusions.podSelector.matchExpressions.[].operator" in visited and len(visited) > 100

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Build the real kube-apiserver and etcd the integration tests run against (SPEC §14),
+# and kstatus (tests/kstatus, cli-utils) that judges the status Headroom writes,
 # from the Go modules pinned in go.mod/go.sum, once. Later runs reuse the binaries while
 # go.mod, go.sum and this script are unchanged. Prints the directory holding them.
 #
@@ -11,9 +12,11 @@ repo="$(cd "$here/../.." && pwd)"
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$here/go.mod")"
 minor="${k8s_version#v1.}"; minor="${minor%%.*}"
 out="${HEADROOM_TESTENV_DIR:-$repo/.cache/testenv/$k8s_version}"
-stamp="$(cat "$here/go.mod" "$here/go.sum" "$0" | sha256sum | cut -c1-16)"
+kstatus_dir="$repo/tests/kstatus"
+stamp="$(cat "$here/go.mod" "$here/go.sum" "$kstatus_dir/go.mod" "$kstatus_dir/go.sum" "$kstatus_dir/main.go" "$0" | sha256sum | cut -c1-16)"
 
-if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && "$(cat "$out/stamp" 2>/dev/null)" == "$stamp" ]]; then
+if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kstatus" && "$(cat "$out/stamp" 2>/dev/null)" == "$stamp" ]]; then
+
   echo "$out"
   exit 0
 fi
@@ -26,6 +29,8 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 start=$(date +%s)
 (cd "$here" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$out/" ./cmd/kube-apiserver ./cmd/etcd) >&2
+(cd "$kstatus_dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$out/kstatus" .) >&2
+
 echo "$stamp" > "$out/stamp"
 echo "built kube-apiserver $k8s_version and etcd in $(( $(date +%s) - start ))s into $out" >&2
 echo "$out"

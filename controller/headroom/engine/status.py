@@ -153,7 +153,7 @@ class StatusWriter:
                         "Reconciling",
                         "True",
                         "Progressing",
-                        f"{waiting} of {len(scope)} node(s) still to recompute for generation {generation}",
+                        f"{waiting} node(s) still to recompute for generation {generation}",
                         generation,
                     )
                 )
