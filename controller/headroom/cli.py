@@ -129,7 +129,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         retry_period=args.retry_period,
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
+        webhook_port=args.webhook_port,
+        webhook_cert_dir=args.webhook_cert_dir,
     )
+
     if not options.retry_period < options.renew_deadline < options.lease_duration:
         raise UsageError("leader election needs --retry-period < --renew-deadline < --lease-duration")
     try:
@@ -201,6 +204,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lease-namespace", help="namespace of the Lease (default: the pod's own, else default)")
     p.add_argument("--lease-name", default="kube-headroom")
+    p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook HTTPS port (default 9443)")
+    p.add_argument("--webhook-cert-dir", help="directory with tls.crt and tls.key; the webhook runs only with it")
+
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
     p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")
     p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")

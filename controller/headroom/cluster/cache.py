@@ -177,6 +177,11 @@ class ClusterCache:
         with self._lock:
             return {name: n.labels for name, n in self.nodes.items()}
 
+    def namespace(self, name: str) -> Namespace | None:
+        with self._lock:
+            return self.namespaces.get(name)
+
     def pod(self, key: str) -> Pod | None:
+
         with self._lock:
             return self.pods.get(key)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..cluster.api import Api, ApiError
@@ -21,6 +22,7 @@ from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from ..metrics import Metrics, serve
+from ..webhook import server as webhook
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
 from .queue import NodeQueue, WriteLimiter
@@ -49,6 +51,8 @@ class Options:
     metrics_port: int | None = None  # /metrics (and the probes); None: not served
     health_port: int | None = None  # /healthz, /readyz (and /metrics); None: not served
     metrics_host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    webhook_cert_dir: str | None = None  # tls.crt and tls.key; None: no webhook
 
 
 class Controller:
@@ -246,8 +250,17 @@ class Controller:
             self._servers.append(
                 serve(self.metrics, port, lambda: not self.stop.is_set(), self.ready, self.options.metrics_host)
             )
+        if self.options.webhook_cert_dir:  # every replica serves it, leader or not
+            self._servers.append(
+                webhook.serve(
+                    self.options.webhook_port,
+                    Path(self.options.webhook_cert_dir),
+                    self.cache.namespace,
+                    lambda: self.config.resolver,
+                    self.options.metrics_host,
+                )
+            )
         self.facts = discover(self.api)
-
         log.info(
             "cluster capabilities",
             extra={"serverVersion": self.facts.server_version, "podsResize": self.facts.pods_resize},

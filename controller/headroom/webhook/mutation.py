@@ -1,0 +1,89 @@
+"""What the webhook changes on a new pod: pure, the same arithmetic as the controller.
+
+For each container with a CPU request and no CPU limit (app containers and sidecars, not
+excluded by name): `limit = request × initialMultiplier`, on the 10m quantum, never below
+the request; then the QoS guard. A pod with pod-level resources gets only a pod-level
+CPU limit. The multiplier comes from the profile whose nodeSelector the pod's own
+`spec.nodeSelector` satisfies, else from the HeadroomConfig — the node is not known yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..core import keys
+from ..core.eligibility import namespace_managed
+from ..core.params import Resolver
+from ..core.policy import QUANTUM
+from ..core.quantity import format_milli
+from ..core.records import GUARANTEED, INIT, Namespace, RecordError, pod_from_dict, qos_class
+
+
+def _limit(request: int, multiplier_num: int, multiplier_den: int) -> int:
+    return max(request, request * multiplier_num // multiplier_den // QUANTUM * QUANTUM, QUANTUM)
+
+
+def patch_for(pod: Mapping[str, Any], namespace: Namespace | None, resolver: Resolver) -> list[dict[str, Any]]:
+    """JSONPatch operations for a pod being created; [] when nothing applies."""
+    try:
+        record = pod_from_dict({**pod, "metadata": {"name": "new", **(pod.get("metadata") or {})}})
+    except RecordError:
+        return []  # the API server will report the bad quantity itself
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    settings = resolver.for_labels(selector)
+    ex = settings.exclusions
+    if (
+        not namespace_managed(namespace, settings)
+        or (namespace is not None and namespace.name in ex.namespaces)
+        or record.mode == keys.MODE_UNMANAGED
+        or any(s.matches(record.labels) for s in ex.pod_selectors)
+        or (record.owner_kind is not None and record.owner_kind in ex.owner_kinds)
+    ):
+        return []
+    mult = settings.initial_multiplier
+    num, den = mult.numerator, mult.denominator
+    spec = pod.get("spec") or {}
+
+    pl = record.pod_level
+    if pl is not None:
+        if not pl.cpu_request or pl.cpu_limit is not None:
+            return []
+        limit = max([_limit(pl.cpu_request, num, den)] + [c.cpu_limit or 0 for c in record.containers])
+        if pl.mem_request is not None and pl.mem_request == pl.mem_limit:
+            limit = max(limit, pl.cpu_request + QUANTUM)
+        has_limits = bool((spec.get("resources") or {}).get("limits"))
+        path, value = (
+            ("/spec/resources/limits/cpu", format_milli(limit))
+            if has_limits
+            else ("/spec/resources/limits", {"cpu": format_milli(limit)})
+        )
+        return [{"op": "add", "path": path, "value": value}]
+
+    new: dict[str, int] = {}
+    for c in record.containers:
+        if c.kind != INIT and c.cpu_request > 0 and c.cpu_limit is None and c.name not in ex.containers:
+            new[c.name] = _limit(c.cpu_request, num, den)
+    if not new:
+        return []
+    after = [
+        (c.cpu_request or None, new.get(c.name, c.cpu_limit), c.mem_request, c.mem_limit) for c in record.containers
+    ]
+    if qos_class(after) == GUARANTEED:
+        largest = max(new, key=lambda n: (new[n], n))
+        new[largest] += QUANTUM
+    ops = []
+    for group, kind_ok in (("containers", True), ("initContainers", False)):
+        for i, c in enumerate(spec.get(group) or ()):
+            name = c.get("name")
+            if name not in new or (not kind_ok and c.get("restartPolicy") != "Always"):
+                continue
+            has_limits = bool((c.get("resources") or {}).get("limits"))
+            base = f"/spec/{group}/{i}/resources/limits"
+            value = format_milli(new[name])
+            ops.append(
+                {"op": "add", "path": f"{base}/cpu", "value": value}
+                if has_limits
+                else {"op": "add", "path": base, "value": {"cpu": value}}
+            )
+    return ops

@@ -1,0 +1,159 @@
+"""The Helm chart, checked by the tools a platform team runs: helm lint and template,
+kubernetes-validate --strict, promtool; and the properties SPEC §9 and §11 require."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import kubernetes_validate
+import pytest
+
+from chart import CHART, PROMTOOL, ROOT, find, helm, render
+from headroom.api.validate import validate_object
+
+FULL = ("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
+
+
+def test_helm_lint_strict():
+    r = helm("lint", "--strict", str(CHART))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize(
+    "sets", [(), FULL, ("webhook.certManager.enabled=true",), ("webhook.enabled=false", "headroomConfig.create=false")]
+)
+def test_render_passes_kubernetes_validate_strict(sets):
+    for doc in render(*sets):
+        if doc["apiVersion"].startswith("kube-headroom.dev/"):
+            assert validate_object(doc, "chart") == []
+            continue
+        try:
+            kubernetes_validate.validate(doc, "1.37", strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            assert doc["apiVersion"].split("/")[0] in ("monitoring.coreos.com", "cert-manager.io"), doc["kind"]
+
+
+def test_chart_crds_are_the_generated_ones():
+    for path in (ROOT / "crds").glob("*.yaml"):
+        assert (CHART / "crds" / path.name).read_text() == path.read_text(), f"copy crds/{path.name} into the chart"
+    assert len(list((CHART / "crds").glob("*.yaml"))) == 2
+
+
+def test_deployment_is_locked_down():
+    (dep,) = find(render(), "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert dep["spec"]["replicas"] == 2
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--leader-elect=true" in c["args"] and "--lease-namespace=kube-headroom" in c["args"]
+    (pdb,) = find(render(), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+EXPECTED_CLUSTER_RULES = [
+    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces", "limitranges"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["kube-headroom.dev"],
+        "resources": ["headroomconfigs", "nodepoolprofiles"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+    {
+        "apiGroups": ["kube-headroom.dev"],
+        "resources": ["headroomconfigs/status", "nodepoolprofiles/status"],
+        "verbs": ["update", "patch"],
+    },
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+
+def test_rbac_is_exactly_the_spec():
+    docs = render()
+    (role,) = find(docs, "ClusterRole")
+    assert role["rules"] == EXPECTED_CLUSTER_RULES
+    (lease,) = find(docs, "Role")
+    assert lease["metadata"]["namespace"] == "kube-headroom"
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ]
+    text = json.dumps(docs)
+    assert '"secrets"' not in text.replace('"kind": "Secret"', "")
+
+
+def test_webhook_configuration():
+    docs = render()
+    (mwc,) = find(docs, "MutatingWebhookConfiguration")
+    (hook,) = mwc["webhooks"]
+    assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] <= 2 and hook["sideEffects"] == "None"
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["namespaceSelector"] == {"matchLabels": {"kube-headroom.dev/mode": "managed"}}
+    (secret,) = find(docs, "Secret")
+    assert secret["type"] == "kubernetes.io/tls" and hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    cm = render("webhook.certManager.enabled=true")
+    (mwc,) = find(cm, "MutatingWebhookConfiguration")
+    assert "cert-manager.io/inject-ca-from" in mwc["metadata"]["annotations"] and not find(cm, "Secret")
+    assert find(cm, "Certificate") and find(cm, "Issuer")
+
+
+def test_headroom_config_is_a_value():
+    assert find(render(), "HeadroomConfig")[0]["spec"] == {"dryRun": True}
+    assert not find(render("headroomConfig.create=false"), "HeadroomConfig")
+
+
+def test_values_schema_rejects_mistakes():
+    for bad in ("replicaCount=0", "webhook.timeoutSeconds=5", "logFormat=xml", "typo=1"):
+        r = helm("template", "t", str(CHART), "--set", bad)
+        assert r.returncode != 0 and "values don't meet the specifications of the schema" in r.stderr, bad
+
+
+def test_alert_rules_pass_promtool_check_and_unit_tests():
+    assert PROMTOOL.exists(), "promtool is unpacked by `make tools` (part of `make test`)"
+    check = subprocess.run(
+        [str(PROMTOOL), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True
+    )
+    assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check.stdout + check.stderr
+    test = subprocess.run(
+        [str(PROMTOOL), "test", "rules", "alerts_test.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT / "tests" / "alerts",
+    )
+    assert test.returncode == 0, test.stdout + test.stderr
+    (rule,) = find(render(*FULL), "PrometheusRule")
+    assert [r["alert"] for r in rule["spec"]["groups"][0]["rules"]] == [
+        "HeadroomConfigInvalid",
+        "HeadroomResizesFailing",
+        "HeadroomResizesPendingTooLong",
+    ]
+
+
+def test_dashboard_uses_the_controllers_metrics():
+    (cm,) = find(render(), "ConfigMap")
+    dash = json.loads(cm["data"]["kube-headroom.json"])
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for metric in (
+        "headroom_pod_limit_cores",
+        "container_cpu_cfs_throttled_periods_total",
+        "headroom_node_factor",
+        "headroom_node_slack_cores",
+        "headroom_resizes_total",
+    ):
+        assert metric in exprs
