@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from chart import render
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.sim.controlplane import ControlPlane, build, free_port
 
@@ -177,12 +178,34 @@ class RunningController:
         return self.proc.returncode
 
 
+CONTROLLER_TOKEN = "headroom-test-controller-token"
+
+
+@pytest.fixture(scope="session")
+def controller_rbac(api: Api, crds_installed: list[str]) -> str:
+    """Bind the test identity `headroom-controller` to the chart's rendered ClusterRole and
+    lease Role, and nothing else; returns its token. Every controller the tests start runs
+    as it, so the e2e tests prove the chart's RBAC is enough (and RBAC is enforced)."""
+    docs = render(namespace="default")
+    user = [{"kind": "User", "name": "headroom-controller", "apiGroup": "rbac.authorization.k8s.io"}]
+    for doc in docs:
+        if doc["kind"] in ("ClusterRole", "Role"):
+            api.apply(doc, "headroom-tests")
+        elif doc["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            api.apply({**doc, "subjects": user}, "headroom-tests")
+    return CONTROLLER_TOKEN
+
+
 @pytest.fixture
-def start_controller(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., RunningController]]:
+def start_controller(
+    control_plane: ControlPlane, controller_rbac: str, tmp_path: Path
+) -> Iterator[Callable[..., RunningController]]:
     started: list[RunningController] = []
 
     def start(*args: str, synced: bool = True) -> RunningController:
-        c = RunningController(control_plane.kubeconfig(), tmp_path / f"controller-{len(started)}.log", list(args))
+        kubeconfig = control_plane.kubeconfig(controller_rbac)
+        c = RunningController(kubeconfig, tmp_path / f"controller-{len(started)}.log", list(args))
+
         started.append(c)
         if synced:
             c.wait_for_log("caches synced")
