@@ -3,7 +3,7 @@
 --   status behind the spec generation, or Reconciling=True -> Progressing
 --   Stalled=True (the spec cannot be acted on)              -> Degraded
 --   Ready=True                                              -> Healthy (Suspended when paused)
--- This file and NodePoolProfile/health.lua are the same script; a test keeps them equal.
+-- NodePoolProfile/health.lua is a link to this file: both kinds use the same script.
 local hs = {status = "Progressing", message = "Waiting for the Headroom controller to report status"}
 if obj.metadata ~= nil and obj.metadata.deletionTimestamp ~= nil then
   hs.message = "Being deleted"
