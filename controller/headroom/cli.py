@@ -153,7 +153,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .cluster.api import Api, ApiError, connect
+    from .cluster.doctor import FAIL, checks
+
+    try:
+        api = Api(connect(args.kubeconfig, args.context))
+        findings = []
+        for finding in checks(api, args.lease_namespace or _own_namespace()):
+            print(finding)
+            findings.append(finding)
+    except ApiError as exc:
+        raise UsageError(f"cannot read the cluster: {exc}") from None
+    return 1 if any(f.level == FAIL for f in findings) else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+
     from .cluster.api import ApiError
     from .sim.controlplane import ControlPlaneError
     from .sim.demo import run_demo
@@ -222,6 +238,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default="default")
     _snapshot_args(p)
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("doctor", help="preflight: what in this cluster would stop Headroom or surprise its users")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--lease-namespace", help="where the controller's Lease lives (default: the pod's, else default)")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("demo", help="run the controller on the example cluster on a local control plane")
     p.add_argument("--snapshot", default="examples/cluster-snapshot.yaml", metavar="FILE")
