@@ -70,6 +70,8 @@ class Metrics:
             "headroom_config_valid", "1 when every HeadroomConfig and NodePoolProfile is valid, else 0.", registry=r
         )
         self._nodes: dict[str, _NodeSeries] = {}
+        self._pools: set[str] = set()
+
         self._lock = threading.Lock()
 
     def observe_node(self, plan: NodePlan) -> None:
@@ -123,9 +125,10 @@ class Metrics:
             per_pool[s.pool] = per_pool.get(s.pool, 0) + s.managed
         for pool, count in per_pool.items():
             self.pods_managed.labels(pool).set(count)
-        for labels in list(self.pods_managed._metrics):  # pools that vanished
-            if labels[0] not in per_pool:
-                self.pods_managed.remove(*labels)
+        for pool in self._pools - per_pool.keys():  # pools that vanished
+            self.pods_managed.remove(pool)
+        self._pools = set(per_pool)
+
         self.pending.set(sum(s.pending for s in self._nodes.values()))
 
 

@@ -85,7 +85,6 @@ class Controller:
                 on_started=self._started_leading,
             )
         self.writer = Writer(api, self.identity, self.leading)
-        self.outcomes: dict[tuple[str, bool], int] = {}  # (result, dry_run) -> count
         self.reconciler = Reconciler(
             self.cache,
             self.config,
@@ -113,7 +112,6 @@ class Controller:
 
     # --- wiring -----------------------------------------------------------------------
     def _count(self, result: str, dry_run: bool) -> None:
-        self.outcomes[(result, dry_run)] = self.outcomes.get((result, dry_run), 0) + 1
         self.metrics.resizes.labels(result, str(dry_run).lower()).inc()
         if not dry_run:
             if result == APPLIED:
