@@ -169,9 +169,12 @@ class Controller:
     def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if kind == "DELETED":
-            self.backoff.forget(f"{meta.get('namespace')}/{meta.get('name')}")
-            self._queue(self.cache.delete_pod(f"{meta.get('namespace')}/{meta.get('name')}"))
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            self.backoff.forget(key)
+            self.reconciler.forget(key)
+            self._queue(self.cache.delete_pod(key))
             return
+
         for pod in self._records(pod_from_dict, [obj]):
             self._queue(self.cache.upsert_pod(pod))
 

@@ -97,7 +97,13 @@ class Reconciler:
         self._infeasible_seen: dict[str, str] = {}  # pod key -> resourceVersion already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
 
+    def forget(self, pod_key: str) -> None:
+        """A deleted pod: drop what was remembered about it."""
+        self._infeasible_seen.pop(pod_key, None)
+        self._warned.pop(pod_key, None)
+
     def reconcile(self, node_name: str) -> Result:
+
         view = self.cache.view(node_name)
         if view is None:
             return Result()
