@@ -8,53 +8,12 @@ from typing import Any
 
 import pytest
 
-from factories import container, pod
+from cluster_helpers import cpu_limits, create_pod, events, versions, wait_annotation, wait_limits
+from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.sim.kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
-
-
-def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:
-    body = pod(name, namespace=ns, node=node, **kw)
-    body["status"] = {}
-    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
-
-
-def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:
-    p = api.get(pod_path(ns, name))
-    return [(c.get("resources") or {}).get("limits", {}).get("cpu") for c in p["spec"]["containers"]]
-
-
-def wait_limits(api: Api, ns: str, name: str, expected: list[str], timeout: float) -> float:
-    """Seconds until the pod's container CPU limits are `expected`."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if cpu_limits(api, ns, name) == expected:
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise AssertionError(f"{ns}/{name}: limits {cpu_limits(api, ns, name)}, expected {expected} within {timeout}s")
-
-
-def wait_annotation(api: Api, ns: str, name: str, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = (api.get(pod_path(ns, name))["metadata"].get("annotations") or {}).get("kube-headroom.dev/status")
-        if value:
-            return str(value)
-        time.sleep(0.1)
-    raise AssertionError(f"{ns}/{name}: no kube-headroom.dev/status annotation in {timeout}s")
-
-
-def versions(api: Api, ns: str) -> dict[str, str]:
-    return {
-        p["metadata"]["name"]: p["metadata"]["resourceVersion"]
-        for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
-    }
-
-
-def events(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] if e["reason"] == reason]
 
 
 @pytest.fixture

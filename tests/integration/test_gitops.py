@@ -13,10 +13,9 @@ import time
 from typing import Any
 
 from ruamel.yaml import YAML
-from test_controller import create_pod
-from test_status import GROUP, cond, profile, wait_for
 
 from argocd_health import CUSTOMIZATIONS, health
+from cluster_helpers import GROUP, cond, create_pod, profile, wait_for
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.sim.controlplane import build

@@ -11,16 +11,11 @@ from typing import Any
 
 import pytest
 
-from factories import container, pod
+from cluster_helpers import create_pod
+from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.core.records import pod_from_dict
 from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
-
-
-def _create(api: Api, ns: str, node: str, name: str = "p", **kw: Any) -> dict[str, Any]:
-    body = pod(name, namespace=ns, node=node, **kw)
-    body["status"] = {}
-    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
 
 
 def _resize(api: Api, ns: str, name: str, limits: dict[str, str], container_name: str = "app") -> dict[str, Any]:
@@ -43,8 +38,8 @@ def _cpu_limit(p: dict[str, Any]) -> str:
 
 def test_raise_and_cut_a_cpu_limit_in_place(api, namespace, make_node):
     node = make_node()
-    created = _create(
-        api, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")]
+    created = create_pod(
+        api, namespace, node, "p", containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")]
     )
     assert created["status"]["qosClass"] == "Burstable"
     raised = _resize(api, namespace, "p", {"cpu": "3"})
@@ -60,7 +55,7 @@ def test_raise_and_cut_a_cpu_limit_in_place(api, namespace, make_node):
 
 def test_a_resize_that_would_make_the_pod_guaranteed_is_refused(api, namespace, make_node):
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1", mem="128Mi", mem_limit="128Mi")])
     with pytest.raises(ApiError) as err:
         _resize(api, namespace, "p", {"cpu": "500m"})
     assert err.value.status == 422
@@ -72,7 +67,7 @@ def test_a_resize_that_would_make_the_pod_guaranteed_is_refused(api, namespace, 
 
 def test_a_limit_below_the_request_is_refused(api, namespace, make_node):
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     with pytest.raises(ApiError) as err:
         _resize(api, namespace, "p", {"cpu": "400m"})
     assert err.value.status == 422
@@ -85,7 +80,7 @@ def test_a_limit_below_the_request_is_refused(api, namespace, make_node):
 def test_resize_ignores_everything_but_resources(api, namespace, make_node):
     """The subresource drops other changes silently (no error): a resize patch cannot harm a pod."""
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     got = resize_patch(
         api,
         namespace,
@@ -106,7 +101,7 @@ POD_LEVEL = ["InPlacePodLevelResourcesVerticalScaling"]
 def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature(api, namespace, make_node):
     node = make_node()  # no status.declaredFeatures, like a kubelet that predates them
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
     with pytest.raises(ApiError) as err:
         resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "3"}}}})
     assert err.value.status == 403
@@ -119,7 +114,7 @@ def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature
 def test_pod_level_cpu_limit_resizes_in_place_on_this_release(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
     got = resize_patch(
         api,
         namespace,
@@ -139,7 +134,7 @@ def test_pod_level_cpu_limit_resizes_in_place_on_this_release(api, namespace, ma
 def test_pod_level_memory_pinned_keeps_cpu_above_request(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}
-    _create(api, namespace, node, containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
+    create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
     with pytest.raises(ApiError) as err:
         resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "100m"}}}})
     assert (
@@ -153,10 +148,11 @@ def test_pod_level_memory_pinned_keeps_cpu_above_request(api, namespace, make_no
 def test_pod_level_limit_cannot_go_under_a_container_limit(api, namespace, make_node):
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    _create(
+    create_pod(
         api,
         namespace,
         node,
+        "p",
         containers=[container(cpu="100m", limit="400m", mem=None, mem_limit=None)],
         pod_resources=res,
     )
@@ -171,7 +167,7 @@ def test_pod_level_limit_cannot_go_under_a_container_limit(api, namespace, make_
 def test_resize_admission_checks_node_allocatable(api, namespace, make_node):
     """A 403 that is not a quota: the node cannot hold the pod's requests."""
     node = make_node(cpu="1")
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     with pytest.raises(ApiError) as err:
         resize_patch(
             api,
@@ -214,7 +210,7 @@ def _actual_cpu_limit(p: dict[str, Any]) -> str:
 
 def test_simulated_kubelet_starts_pods_and_applies_resizes(api, namespace, make_node):
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
     with SimulatedKubelet(api, node, delay=1.0) as kubelet:
         started = _pod_when(api, path, _running)
@@ -230,7 +226,7 @@ def test_simulated_kubelet_starts_pods_and_applies_resizes(api, namespace, make_
 def test_simulated_kubelet_books_the_larger_request_while_a_resize_is_in_flight(api, namespace, make_node):
     """What the controller's booking reads: allocatedResources moves before resources do."""
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
     with SimulatedKubelet(api, node, delay=1.5):
         _pod_when(api, path, _running)
@@ -244,7 +240,7 @@ def test_simulated_kubelet_books_the_larger_request_while_a_resize_is_in_flight(
 
 def test_simulated_kubelet_reports_infeasible(api, namespace, make_node):
     node = make_node()
-    _create(api, namespace, node, containers=[container(cpu="500m", limit="1")])
+    create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
     path = f"/api/v1/namespaces/{namespace}/pods/p"
     with SimulatedKubelet(api, node, outcome=INFEASIBLE) as kubelet:
         _pod_when(api, path, _running)

@@ -9,8 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from test_controller import cpu_limits, create_pod, events, wait_limits
-
+from cluster_helpers import cpu_limits, create_pod, events, wait_limits
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, pod_path
 from headroom.sim.controlplane import ADMIN_TOKEN

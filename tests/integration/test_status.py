@@ -4,42 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from typing import Any
 
-from test_controller import create_pod, wait_limits
-
+from cluster_helpers import GROUP, cond, create_pod, profile, wait_for, wait_limits
 from factories import container
-from headroom.cluster.api import Api, ApiError
+from headroom.cluster.api import ApiError
 from headroom.sim.kubelet import SimulatedKubelet
-
-GROUP = "/apis/kube-headroom.dev/v1alpha1"
-
-
-def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
-
-
-def wait_for(api: Api, path: str, check: Callable[[dict[str, Any]], bool], timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        obj = api.get(path)
-        if check(obj):
-            return obj
-        assert time.monotonic() < deadline, f"{path}: status never matched: {obj.get('status')}"
-        time.sleep(0.2)
-
-
-def profile(api: Api, name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return api.apply(
-        {
-            "apiVersion": "kube-headroom.dev/v1alpha1",
-            "kind": "NodePoolProfile",
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"matchLabels": labels}, **spec},
-        },
-        "headroom-tests",
-    )
 
 
 def ready(obj: dict[str, Any]) -> bool:

@@ -131,39 +131,35 @@ def _where(obj: Mapping[str, Any]) -> str:
 
 
 # A cluster spells its quantities a few hundred ways ("500m", "256Mi"); each is parsed
-# once. Bounded, so odd values cannot grow it without limit.
-_CPU_SEEN: dict[str, int] = {}
-_BYTES_SEEN: dict[str, int] = {}
-_SEEN_MAX = 4096
+# once per unit. Bounded, so odd values cannot grow the memo without limit.
+_SEEN: dict[tuple[str, bool], int] = {}
+_SEEN_MAX = 8192
+
+
+def _quantity(obj: Mapping[str, Any], value: Any, cpu: bool, path: str, leaf: str) -> int:
+    # The path is only assembled on error: this runs several times per pod event.
+    key = (value, cpu) if value.__class__ is str else None
+    if key is not None:
+        known = _SEEN.get(key)
+        if known is not None:
+            return known
+    try:
+        parsed = cpu_milli(value) if cpu else whole_units(value)
+    except QuantityError as exc:
+        raise RecordError(f"{_where(obj)}: {path}{leaf}: {exc}") from None
+    if key is not None and len(_SEEN) < _SEEN_MAX:
+        _SEEN[key] = parsed
+    return parsed
 
 
 def _cpu(obj: Mapping[str, Any], value: Any, path: str, leaf: str = "") -> int:
-    # The path is only assembled on error: this runs several times per pod event.
-    if value.__class__ is str:
-        known = _CPU_SEEN.get(value)
-        if known is not None:
-            return known
-    try:
-        milli = cpu_milli(value)
-    except QuantityError as exc:
-        raise RecordError(f"{_where(obj)}: {path}{leaf}: {exc}") from None
-    if value.__class__ is str and len(_CPU_SEEN) < _SEEN_MAX:
-        _CPU_SEEN[value] = milli
-    return milli
+    """CPU in millicores."""
+    return _quantity(obj, value, True, path, leaf)
 
 
 def _bytes(obj: Mapping[str, Any], value: Any, path: str, leaf: str = "") -> int:
-    if value.__class__ is str:
-        known = _BYTES_SEEN.get(value)
-        if known is not None:
-            return known
-    try:
-        size = whole_units(value)
-    except QuantityError as exc:
-        raise RecordError(f"{_where(obj)}: {path}{leaf}: {exc}") from None
-    if value.__class__ is str and len(_BYTES_SEEN) < _SEEN_MAX:
-        _BYTES_SEEN[value] = size
-    return size
+    """Memory in bytes."""
+    return _quantity(obj, value, False, path, leaf)
 
 
 def qos_class(

@@ -128,9 +128,8 @@ class StatusWriter:
                 self.waves[key] = (generation, set(affected))
 
     # --- computing --------------------------------------------------------------------
-    def _common(
-        self, key: str, obj: Mapping[str, Any], scope: set[str], dry_run: bool
-    ) -> tuple[list[dict[str, Any]], bool]:
+    def _conditions(self, key: str, obj: Mapping[str, Any], scope: set[str], dry_run: bool) -> list[dict[str, Any]]:
+        """Stalled, Reconciling, Ready and DryRun of one object whose nodes are `scope`."""
         generation = int((obj.get("metadata") or {}).get("generation") or 0)
         problem = self.errors().get(key)
         wave = self.waves.get(key)
@@ -181,13 +180,13 @@ class StatusWriter:
                 generation,
             )
         )
-        return conds, problem is None
+        return conds
 
     def config_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         resolver = self.resolver()
         scope = set(self.nodes)
         dry_run = resolver.base.dry_run
-        conds, _ = self._common(f"{keys.CONFIG_KIND}/{obj['metadata']['name']}", obj, scope, dry_run)
+        conds = self._conditions(f"{keys.CONFIG_KIND}/{obj['metadata']['name']}", obj, scope, dry_run)
         pools: dict[str, list[int]] = {p.name: [0, 0] for p in resolver.profiles}
         pools.setdefault("", [0, 0])
         for stat in self.nodes.values():
@@ -225,7 +224,7 @@ class StatusWriter:
         settings = resolver.settings_of(name)
 
         dry_run = settings.dry_run if settings else resolver.base.dry_run
-        conds, _ = self._common(f"{keys.PROFILE_KIND}/{name}", obj, mine, dry_run)
+        conds = self._conditions(f"{keys.PROFILE_KIND}/{name}", obj, mine, dry_run)
         generation = int(obj["metadata"].get("generation") or 0)
         lost: dict[str, int] = {}
         if profile is not None:

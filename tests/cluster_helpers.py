@@ -1,0 +1,80 @@
+"""Helpers the integration tests share: create pods, wait for what the controller writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from factories import pod
+from headroom.cluster.api import Api, pod_path
+
+GROUP = "/apis/kube-headroom.dev/v1alpha1"
+
+
+def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:
+    body = pod(name, namespace=ns, node=node, **kw)
+    body["status"] = {}
+    return api.post(f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:
+    p = api.get(pod_path(ns, name))
+    return [(c.get("resources") or {}).get("limits", {}).get("cpu") for c in p["spec"]["containers"]]
+
+
+def wait_limits(api: Api, ns: str, name: str, expected: list[str], timeout: float) -> float:
+    """Seconds until the pod's container CPU limits are `expected`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if cpu_limits(api, ns, name) == expected:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name}: limits {cpu_limits(api, ns, name)}, expected {expected} within {timeout}s")
+
+
+def wait_annotation(api: Api, ns: str, name: str, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = (api.get(pod_path(ns, name))["metadata"].get("annotations") or {}).get("kube-headroom.dev/status")
+        if value:
+            return str(value)
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name}: no kube-headroom.dev/status annotation in {timeout}s")
+
+
+def versions(api: Api, ns: str) -> dict[str, str]:
+    return {
+        p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+        for p in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+    }
+
+
+def events(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] if e["reason"] == reason]
+
+
+def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def wait_for(api: Api, path: str, check: Callable[[dict[str, Any]], bool], timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = api.get(path)
+        if check(obj):
+            return obj
+        assert time.monotonic() < deadline, f"{path}: status never matched: {obj.get('status')}"
+        time.sleep(0.2)
+
+
+def profile(api: Api, name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return api.apply(
+        {
+            "apiVersion": "kube-headroom.dev/v1alpha1",
+            "kind": "NodePoolProfile",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": labels}, **spec},
+        },
+        "headroom-tests",
+    )
