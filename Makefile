@@ -48,7 +48,8 @@ tools: $(PROMTOOL) $(KUBE_TOOLS)
 test: lint tools
 
 	tests/testenv/build.sh >/dev/null
-	$(BIN)/pytest
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -189,4 +189,5 @@ def test_crds_check_detects_a_stale_directory(tmp_path):
 def test_kubectl_plugin_name_is_installed():
     import shutil
 
-    assert shutil.which("kubectl-headroom") and shutil.which("headroom")
+    bin_dir = Path(sys.executable).parent  # the environment the package is installed in
+    assert shutil.which("kubectl-headroom", path=str(bin_dir)) and shutil.which("headroom", path=str(bin_dir))
