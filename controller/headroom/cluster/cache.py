@@ -123,15 +123,19 @@ class ClusterCache:
     def _nodes_of_namespace(self, ns: str) -> set[str]:
         return {p.node_name for p in self.pods.values() if p.namespace == ns and p.node_name}
 
+    # Namespaces are copy-on-write: they change rarely, and every reconcile's view shares
+    # the current dict instead of copying it.
     def upsert_namespace(self, ns: Namespace) -> Stale:
         with self._lock:
             old = self.namespaces.get(ns.name)
-            self.namespaces[ns.name] = ns
-            return Stale() if old == ns else Stale(nodes=self._nodes_of_namespace(ns.name))
+            if old == ns:
+                return Stale()
+            self.namespaces = {**self.namespaces, ns.name: ns}
+            return Stale(nodes=self._nodes_of_namespace(ns.name))
 
     def delete_namespace(self, name: str) -> Stale:
         with self._lock:
-            self.namespaces.pop(name, None)
+            self.namespaces = {k: v for k, v in self.namespaces.items() if k != name}
             return Stale(nodes=self._nodes_of_namespace(name))
 
     def replace_namespaces(self, namespaces: Iterable[Namespace]) -> Stale:
@@ -167,7 +171,7 @@ class ClusterCache:
             n = self.nodes.get(node)
             if n is None:
                 return None
-            return NodeView(n, tuple(self.by_node.get(node, {}).values()), dict(self.namespaces))
+            return NodeView(n, tuple(self.by_node.get(node, {}).values()), self.namespaces)
 
     def node_names(self) -> list[str]:
         with self._lock:
