@@ -92,15 +92,34 @@ def summarize(allocatable: int, booked_cpu: int, managed: Sequence[Managed]) -> 
     return NodeSummary(allocatable, booked_cpu, allocatable - booked_cpu, sum(m.request for m in managed), len(managed))
 
 
-def outside_deadband(current: int | None, target: int, settings: Settings) -> bool:
-    """Whether a change from `current` to `target` is worth a write (SPEC §4 hysteresis)."""
+def _writes(current: int | None, target: int, grow: float, shrink: float) -> bool:
     if current is None or current <= 0:
         return True  # seeding: a container without a limit always gets one
     if target > current:
-        return (target - current) / current >= settings.deadband_grow
+        return (target - current) / current >= grow
     if target < current:
-        return (current - target) / current >= settings.deadband_shrink
+        return (current - target) / current >= shrink
     return False
+
+
+def outside_deadband(current: int | None, target: int, settings: Settings) -> bool:
+    """Whether a change from `current` to `target` is worth a write (SPEC §4 hysteresis)."""
+    return _writes(current, target, settings.deadband_grow, settings.deadband_shrink)
+
+
+def _container_targets(
+    containers: Sequence[Container], new: Sequence[int], grow: float, shrink: float
+) -> tuple[tuple[ContainerTarget, ...], bool]:
+    """Per-container targets with their write decisions, and whether the pod needs a write."""
+    # The one per-container loop of the policy, shared by pod_target and compute_node's
+    # fast path; a plain loop, measured faster here than a generator with any().
+    targets = []
+    apply = False
+    for c, target in zip(containers, new, strict=True):
+        write = _writes(c.cpu_limit, target, grow, shrink)
+        targets.append(ContainerTarget(c.name, c.cpu_request, c.cpu_limit, target, write))
+        apply = apply or write
+    return tuple(targets), apply
 
 
 def pod_total(summary: NodeSummary, m: Managed, settings: Settings) -> tuple[int, str]:
@@ -164,23 +183,8 @@ def pod_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarge
         if qos_class(after) == GUARANTEED:
             largest = max(range(len(new)), key=lambda i: (new[i], containers[i].name))
             new[largest] += QUANTUM
-    grow, shrink = settings.deadband_grow, settings.deadband_shrink
-    targets = []
-    apply = False
-    for c, target in zip(containers, new, strict=True):
-        current = c.cpu_limit
-        # outside_deadband(), inlined: this loop runs for every container on every reconcile
-        if current is None or current <= 0:
-            write = True
-        elif target > current:
-            write = (target - current) / current >= grow
-        elif target < current:
-            write = (current - target) / current >= shrink
-        else:
-            write = False
-        targets.append(ContainerTarget(c.name, c.cpu_request, current, target, write))
-        apply = apply or write
-    return PodTarget(m, r, limit, bound, tuple(targets), None, apply)
+    targets, apply = _container_targets(containers, new, settings.deadband_grow, settings.deadband_shrink)
+    return PodTarget(m, r, limit, bound, targets, None, apply)
 
 
 def compute_node(
@@ -231,26 +235,10 @@ def compute_node(
             limit = r
         if limit < QUANTUM:
             limit = QUANTUM
-        targets = []
-        apply = False
+        new = []
         for c in m.containers:
-            req = c.cpu_request
-            target = req * limit // r
-            if target < req:
-                target = req
-            if target < QUANTUM:
-                target = QUANTUM
-            current = c.cpu_limit
-            if current is None or current <= 0:
-                write = True
-            elif target > current:
-                write = (target - current) / current >= grow
-            elif target < current:
-                write = (current - target) / current >= shrink
-            else:
-                write = False
-            targets.append(ContainerTarget(c.name, req, current, target, write))
-            if write:
-                apply = True
-        append(PodTarget(m, r, limit, bound, tuple(targets), None, apply))
+            target = c.cpu_request * limit // r
+            new.append(max(target, c.cpu_request, QUANTUM))
+        targets, apply = _container_targets(m.containers, new, grow, shrink)
+        append(PodTarget(m, r, limit, bound, targets, None, apply))
     return summary, out
