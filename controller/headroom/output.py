@@ -80,7 +80,8 @@ def plan_json(plan: ClusterPlan) -> dict[str, Any]:
     return {"nodes": [node_json(n) for n in plan.nodes], "pods": [pod_json(p) for p in plan.all_pods()]}
 
 
-def _table(rows: list[list[str]]) -> str:
+def table(rows: list[list[str]]) -> str:
+    """Left-aligned columns, two spaces apart, like kubectl."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -128,7 +129,7 @@ def plan_table(plan: ClusterPlan) -> str:
             ]
         )
     warnings = [f"warning: {p.pod.key}: {p.warning}" for p in plan.all_pods() if p.warning]
-    return "\n\n".join([_table(nodes), _table(pods), *(["\n".join(warnings)] if warnings else [])])
+    return "\n\n".join([table(nodes), table(pods), *(["\n".join(warnings)] if warnings else [])])
 
 
 def explain(plan: ClusterPlan, key: str) -> str | None:

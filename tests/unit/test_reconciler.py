@@ -5,7 +5,6 @@ import json
 from factories import container, node, pod
 from headroom.core.params import Settings
 from headroom.core.planner import plan_node
-from headroom.core.policy import outside_deadband
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.engine.reconciler import annotation_due, status_annotation
 
@@ -24,13 +23,7 @@ def _plan(annotation=None):
 
 def _due(annotation, settings=S):
     plan, t = _plan(annotation)
-    return annotation_due(
-        plan.pods[0].pod,
-        t,
-        settings.dry_run,
-        settings.pool,
-        lambda shown, target: outside_deadband(shown, target, settings),
-    )
+    return annotation_due(plan.pods[0].pod, t, settings)
 
 
 def test_annotation_has_the_spec_shape():

@@ -154,14 +154,16 @@ class Controller:
         for name in stale.nodes - stale.urgent:
             self.queue.add(name)
 
+    def _record(self, build: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
+        """The slim record of one object; None (logged) when it cannot be read."""
+        try:
+            return build(obj)
+        except RecordError as exc:
+            log.error("object skipped: cannot read it", extra={"error": str(exc)})
+            return None
+
     def _records(self, build: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
-        out = []
-        for obj in items:
-            try:
-                out.append(build(obj))
-            except RecordError as exc:
-                log.error("object skipped: cannot read it", extra={"error": str(exc)})
-        return out
+        return [r for r in (self._record(build, obj) for obj in items) if r is not None]
 
     def _pods_list(self, items: list[dict[str, Any]]) -> None:
         self._queue(self.cache.replace_pods(self._records(pod_from_dict, items)))
@@ -175,7 +177,8 @@ class Controller:
             self._queue(self.cache.delete_pod(key))
             return
 
-        for pod in self._records(pod_from_dict, [obj]):
+        pod = self._record(pod_from_dict, obj)
+        if pod is not None:
             self._queue(self.cache.upsert_pod(pod))
 
     def _nodes_list(self, items: list[dict[str, Any]]) -> None:
@@ -186,7 +189,8 @@ class Controller:
         if kind == "DELETED":
             self._queue(self.cache.delete_node(str((obj.get("metadata") or {}).get("name"))))
             return
-        for node in self._records(node_from_dict, [obj]):
+        node = self._record(node_from_dict, obj)
+        if node is not None:
             self._queue(self.cache.upsert_node(node))
 
     def _namespaces_list(self, items: list[dict[str, Any]]) -> None:
@@ -196,7 +200,8 @@ class Controller:
         if kind == "DELETED":
             self._queue(self.cache.delete_namespace(str((obj.get("metadata") or {}).get("name"))))
             return
-        for ns in self._records(namespace_from_dict, [obj]):
+        ns = self._record(namespace_from_dict, obj)
+        if ns is not None:
             self._queue(self.cache.upsert_namespace(ns))
 
     def _custom_list(self, kind: str) -> Callable[[list[dict[str, Any]]], None]:
@@ -226,16 +231,13 @@ class Controller:
         self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
         changed = {n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}
         self._queue(Stale(nodes=changed))
-        # A new generation of any object is Reconciling until the nodes it changed are recomputed.
-        everything = set(labels) if not self.synced.is_set() else None
+        # A new generation of any object is Reconciling until the nodes it changed are
+        # recomputed. (Before the first sync this is provisional: the sync makes every
+        # object's first wave all nodes.)
         for kind in (keys.CONFIG_KIND, keys.PROFILE_KIND):
             for obj in self.cache.custom_objects(kind):
                 meta = obj.get("metadata") or {}
-                self.status.spec_seen(
-                    f"{kind}/{meta.get('name')}",
-                    int(meta.get("generation") or 0),
-                    everything if everything is not None else changed,
-                )
+                self.status.spec_seen(f"{kind}/{meta.get('name')}", int(meta.get("generation") or 0), changed)
 
     def _refresh_pod_level(self) -> None:
         nodes = [self.cache.view(n) for n in self.cache.node_names()]

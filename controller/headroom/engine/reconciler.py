@@ -11,6 +11,7 @@ import orjson
 from ..cluster.cache import ClusterCache
 from ..cluster.writer import APPLIED, CONFLICT, GONE, INFEASIBLE, Outcome, Writer, now_rfc3339
 from ..core import keys
+from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, plan_node
 from ..core.policy import PodTarget, outside_deadband
 from ..core.quantity import QuantityError, cpu_milli, format_milli
@@ -48,9 +49,7 @@ def status_annotation(plan: NodePlan, t: PodTarget) -> str:
     ).decode()
 
 
-def annotation_due(
-    pod: Pod, t: PodTarget, dry_run: bool, pool: str, deadband_check: Callable[[int | None, int], bool]
-) -> bool:
+def annotation_due(pod: Pod, t: PodTarget, settings: Settings) -> bool:
     """Write the status annotation when it is missing, its mode or pool changed, or the
     target it shows is out of deadband — not on every factor wiggle."""
     if pod.status_annotation is None:
@@ -60,9 +59,9 @@ def annotation_due(
         shown_target = cpu_milli(shown["target"])
     except (orjson.JSONDecodeError, KeyError, TypeError, QuantityError):
         return True
-    if shown.get("dryRun") != dry_run or shown.get("pool") != pool:
+    if shown.get("dryRun") != settings.dry_run or shown.get("pool") != settings.pool:
         return True
-    return deadband_check(shown_target, t.target)
+    return outside_deadband(shown_target, t.target, settings)
 
 
 def _change(pod: Pod, t: PodTarget) -> str:
@@ -174,8 +173,7 @@ class Reconciler:
                 )
             elif self._handle_failure(pod, plan, outcome, result):
                 return True
-        deadband = lambda shown, target: outside_deadband(shown, target, settings)  # noqa: E731
-        if wrote_resize or annotation_due(pod, t, settings.dry_run, settings.pool, deadband):
+        if wrote_resize or annotation_due(pod, t, settings):
             if settings.dry_run and t.apply:
                 self.on_outcome(APPLIED, True)
                 self.writer.event(

@@ -15,16 +15,16 @@ from typing import Any
 
 from .. import logs
 from ..api import crds
-from ..api.validate import objects
 from ..cluster.api import MERGE_PATCH, Api, ApiError, object_path
 from ..cluster.live import read_cluster
 from ..core.capabilities import pod_level_resize
 from ..core.planner import ClusterPlan, plan_cluster
 from ..core.quantity import format_milli
 from ..engine.controller import Controller, Options
+from ..output import table
 from .controlplane import ControlPlane, build
 from .kubelet import SimulatedKubelet
-from .snapshot import _parse
+from .snapshot import read_objects
 
 ORDER = ("CustomResourceDefinition", "Namespace", "Node", "HeadroomConfig", "NodePoolProfile", "Pod")
 
@@ -78,14 +78,9 @@ def _limits(api: Api) -> dict[str, str]:
     return out
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
-
-
 def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print) -> int:
     logs.setup("text", "warning")
-    items = [o for o in objects(_parse(snapshot)) if isinstance(o, dict)]
+    items = [o for o in read_objects(snapshot) if isinstance(o, dict)]
     say("building kube-apiserver and etcd (cached after the first run) ...")
     cp = ControlPlane(build())
     controller: Controller | None = None
@@ -132,7 +127,7 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
                 f"{before_factor[n.node.name]:.2f}",
             ]
         )
-    say("\n" + _table(rows))
+    say("\n" + table(rows))
     reasons = {p.pod.key: p.reason for p in after_plan.all_pods()}
     rows = [["POD", "REASON", "CPU LIMITS BEFORE", "CPU LIMITS AFTER"]]
     for key in sorted(after):
@@ -144,7 +139,7 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
                 after[key] + ("" if after[key] == before.get(key) else "  *"),
             ]
         )
-    say("\n" + _table(rows))
+    say("\n" + table(rows))
     changed = sum(1 for k in after if after[k] != before.get(k))
     say(
         f"\n{changed} pod(s) changed (*); requests and memory untouched. The controller's writes are "

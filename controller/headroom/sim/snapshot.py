@@ -65,8 +65,13 @@ def _first_error(path: Path | str, obj: dict[str, Any], exc: ValidationError) ->
     )
 
 
+def read_objects(path: Path) -> list[Any]:
+    """Every object of a YAML or JSON file, `kind: List` expanded."""
+    return list(objects(_parse(path)))
+
+
 def load_snapshot(path: Path) -> Snapshot:
-    return snapshot_from_objects(objects(_parse(path)), path)
+    return snapshot_from_objects(read_objects(path), path)
 
 
 def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
