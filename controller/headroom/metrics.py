@@ -67,7 +67,20 @@ class Metrics:
         )
         self.queue_depth = Gauge("headroom_workqueue_depth", "Nodes waiting to be reconciled.", registry=r)
         self.config_valid = Gauge(
-            "headroom_config_valid", "1 when every HeadroomConfig and NodePoolProfile is valid, else 0.", registry=r
+            "headroom_config_valid",
+            "1 when a HeadroomConfig exists and it and every NodePoolProfile are valid and usable, else 0.",
+            registry=r,
+        )
+        self.errors = Counter(
+            "headroom_errors",
+            "Failures caught and survived, by component (watch, record, reconcile, worker, status, capabilities).",
+            ["component"],
+            registry=r,
+        )
+        self.writes_blocked = Gauge(
+            "headroom_writes_blocked",
+            "1 while a watch is failing or relisting, so no pod is written; else 0.",
+            registry=r,
         )
         self._nodes: dict[str, _NodeSeries] = {}
         self._pools: set[str] = set()
@@ -144,7 +157,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 def serve(
     metrics: Metrics,
     port: int,
-    healthy: Callable[[], bool],
+    healthy: Callable[[], tuple[bool, str]],
     ready: Callable[[], tuple[bool, str]],
     host: str = "0.0.0.0",
 ) -> WSGIServer:
@@ -156,14 +169,14 @@ def serve(
         if path == "/metrics":
             return prometheus(environ, start_response)  # type: ignore[no-any-return]
         if path in ("/healthz", "/livez"):
-            ok, why = healthy(), "ok"
+            ok, why = healthy()
         elif path == "/readyz":
             ok, why = ready()
         else:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found\n"]
         start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-        return [(why if ok else f"not ready: {why}").encode() + b"\n"]
+        return [(why if ok else f"not {'ready' if path == '/readyz' else 'healthy'}: {why}").encode() + b"\n"]
 
     server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

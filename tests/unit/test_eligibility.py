@@ -96,4 +96,4 @@ def test_pod_level_pod_is_managed_without_container_requests():
 
 
 def test_reason_list_is_complete():
-    assert len(e.REASONS) == 17 and len(set(e.REASONS)) == 17
+    assert len(e.REASONS) == 19 and len(set(e.REASONS)) == 19

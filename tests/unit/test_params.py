@@ -83,10 +83,12 @@ def test_profile_exclusions_are_added():
     assert ex.containers == {"istio-proxy", "envoy"} and ex.namespaces == {"kube-system", "obs"}
 
 
-def test_profile_whose_merged_deadband_is_inverted_is_reported_and_ignored():
+def test_profile_whose_merged_deadband_is_inverted_freezes_its_nodes_never_hands_them_over():
     r = Resolver.build(settings_from(None), [prof("tight", {"a": "1"}, deadband={"grow": 0.02})])
     assert "NodePoolProfile/tight: spec.deadband" in r.errors["tight"]
-    assert r.for_labels({"a": "1"}).pool == ""
+    s = r.for_labels({"a": "1"})
+    assert s.pool == "tight" and s.blocked is not None and "nothing is written" in s.blocked
+    assert r.for_labels({"a": "2"}).blocked is None
 
 
 @pytest.mark.parametrize("value,expected", [("250m", 250), (2, 2000), ("1.5", 1500)])

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity as reference
 
-from headroom.core.quantity import QuantityError, cpu_milli, format_milli, parse_quantity, whole_units
+from headroom.core.quantity import MAX_VALUE, QuantityError, cpu_milli, format_milli, parse_quantity, whole_units
 
 SUFFIXES = ["", "m", "n", "u", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e3", "E-2", "e+1"]
 
@@ -39,6 +39,10 @@ def test_cpu_millicores(text, milli):
 )
 def test_agrees_with_kubernetes_client(number, suffix):
     text = f"{number}{suffix}"
+    if reference(text) > MAX_VALUE:  # beyond int64: refused, never an overflow further on
+        with pytest.raises(QuantityError, match="too large"):
+            parse_quantity(text)
+        return
     assert parse_quantity(text) == reference(text)
     expected_milli = int((reference(text) * 1000).to_integral_value(rounding=ROUND_CEILING))
     assert cpu_milli(text) == expected_milli
@@ -55,3 +59,32 @@ def test_rejects_what_is_not_a_quantity(bad):
 def test_format_round_trips(milli, text):
     assert format_milli(milli) == text
     assert cpu_milli(text) == milli
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "1e999999",
+        "1e9999999",
+        "9" * 70,
+        "1e100",
+        "9223372036854775808",
+        "9Ei",
+        "²m",
+        "١٢m",
+        "1e1.5",
+        float("inf"),
+        10**30,
+    ],
+)
+def test_hostile_quantities_are_refused_not_raised(hostile):
+    """Bounded where parsed: too long, too large an exponent or value, non-ASCII digits."""
+    with pytest.raises(QuantityError):
+        cpu_milli(hostile)
+    with pytest.raises(QuantityError):
+        whole_units(hostile)
+
+
+def test_largest_int64_quantity_parses():
+    assert whole_units("9223372036854775807") == 2**63 - 1
+    assert cpu_milli("99e2") == 9_900_000

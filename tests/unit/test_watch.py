@@ -82,17 +82,59 @@ def test_http_410_on_the_watch_request_relists_too():
     assert calls[:4] == [("list", ""), ("watch", "10"), ("list", ""), ("watch", "60")]
 
 
-def test_a_silent_stream_reconnects_from_where_it_was_without_relisting():
-    calls, seen, _, r = run(
-        [([], "10")],
+def test_a_silent_stream_relists_before_its_data_counts_again():
+    """Events may have been lost while the stream was dead: only a relist makes the data whole."""
+    calls, seen, listed, r = run(
+        [([], "10"), ([{"metadata": {"name": "a"}}], "12")],
         [[ev("ADDED", "a", "12")], ApiError(0, "Timeout", "watch silent for 360s"), [ev("ADDED", "b", "13")]],
     )
-    assert calls == [("list", ""), ("watch", "10"), ("watch", "12"), ("watch", "12"), ("watch", "13")]
-    assert seen == [("ADDED", "a"), ("ADDED", "b")] and r.relists == 1
+    assert calls == [("list", ""), ("watch", "10"), ("watch", "12"), ("list", ""), ("watch", "12"), ("watch", "13")]
+    assert seen == [("ADDED", "a"), ("ADDED", "b")] and r.relists == 2
+    assert r.problem() is None
 
 
-def test_server_errors_back_off_and_retry():
+def test_a_watch_that_ends_normally_resumes_without_relisting():
+    calls, _, _, r = run([([], "10")], [[ev("ADDED", "a", "12")], [ev("ADDED", "b", "13")]])
+    assert calls == [("list", ""), ("watch", "10"), ("watch", "12"), ("watch", "13")]
+    assert r.relists == 1
+
+
+def test_server_errors_back_off_and_relist():
     calls, *_ = run(
-        [([], "10")], [ApiError(503, "ServiceUnavailable", "etcd"), ApiError(0, "Unreachable", "refused"), []]
+        [([], "10"), ([], "11"), ([], "12")],
+        [ApiError(503, "ServiceUnavailable", "etcd"), ApiError(0, "Unreachable", "refused"), []],
     )
-    assert calls == [("list", ""), ("watch", "10"), ("watch", "10"), ("watch", "10"), ("watch", "10")]
+    assert calls[:6] == [("list", ""), ("watch", "10"), ("list", ""), ("watch", "11"), ("list", ""), ("watch", "12")]
+
+
+def test_a_failing_watch_reports_a_problem_until_it_has_relisted():
+    stop = threading.Event()
+    problems: list[str | None] = []
+    errors: list[str] = []
+
+    class Api(FakeApi):
+        def list_pages(self, path, params=None, limit=500):
+            problems.append(r.problem())
+            yield from super().list_pages(path, params, limit)
+
+    api = Api([([], "10"), ([], "20")], [ApiError(503, "ServiceUnavailable", "etcd")], stop)
+    r = Reflector(api, "/api/v1/pods", lambda items: None, lambda k, o: None, stop, max_backoff=0.01, on_error=errors.append)
+    r.run()
+    assert problems[0] == "the first list of /api/v1/pods has not completed"
+    assert problems[1] == "the watch of /api/v1/pods failed (503 ServiceUnavailable) and has not relisted since"
+    assert r.problem() is None and errors == ["watch"]
+
+
+def test_a_crashing_handler_never_kills_the_reflector():
+    stop = threading.Event()
+    api = FakeApi([([], "10"), ([], "30")], [[ev("ADDED", "boom", "11")], [ev("ADDED", "ok", "31")]], stop)
+    seen: list[str] = []
+
+    def on_event(kind, obj):
+        if obj["metadata"]["name"] == "boom":
+            raise ZeroDivisionError("a bug")
+        seen.append(obj["metadata"]["name"])
+
+    r = Reflector(api, "/api/v1/pods", lambda items: None, on_event, stop, max_backoff=0.01)
+    r.run()
+    assert seen == ["ok"] and r.relists == 2 and r.problem() is None

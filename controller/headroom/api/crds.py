@@ -67,6 +67,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         out[key] = _structural(value, defs)
     if out.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("additionalProperties", None)  # implied; structural schemas refuse both
     return out
 
 

@@ -18,12 +18,12 @@ from ..core.params import Overrides, Profile, Settings
 from ..core.quantity import cpu_milli
 from ..core.selectors import Selector
 from .types import (
-    Duration,
     Exclusions,
     GlobalExclusions,
     LabelSelector,
     Model,
     Quantity,
+    duration,
     duration_seconds,
 )
 
@@ -90,22 +90,30 @@ class RateLimits(Model):
     """Bounds on how fast the controller writes."""
 
     per_node_patches_per_second: float = Field(
-        default=10, gt=0, description="Token bucket per node for resize patches."
+        default=10, ge=0.1, le=1000, description="Writes per second to the pods of one node (0.1 to 1000)."
     )
-    client_qps: float = Field(default=50, gt=0, alias="clientQPS", description="Global budget of writes per second.")
+    client_qps: float = Field(
+        default=50,
+        ge=0.1,
+        le=10000,
+        alias="clientQPS",
+        description="Every write the controller makes (resizes, annotations, events, status), per second (0.1 to 10000).",
+    )
 
 
 class Webhook(Model):
     """The admission webhook's limit for new pods."""
 
-    initial_multiplier: float = Field(default=2, ge=1, description="A new pod's CPU limit is its request times this.")
+    initial_multiplier: float = Field(
+        default=2, ge=1, le=1000, description="A new pod's CPU limit is its request times this (1 to 1000)."
+    )
 
 
 class WebhookOverride(Model):
     """Per-pool webhook settings; a field left out keeps the HeadroomConfig value."""
 
     initial_multiplier: float | None = Field(
-        default=None, ge=1, description="Overrides HeadroomConfig spec.webhook.initialMultiplier."
+        default=None, ge=1, le=1000, description="Overrides HeadroomConfig spec.webhook.initialMultiplier."
     )
 
 
@@ -166,9 +174,18 @@ class PoolStatus(Model):
     managed_pods: int = Field(default=0, ge=0, description="Managed pods on those nodes.")
 
 
+_LAST_APPLIED: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
 class HeadroomConfigStatus(Model):
     """What the controller does and sees, written by the controller."""
 
+    last_applied_spec: dict[str, Any] | None = Field(
+        default=None,
+        description="The last spec the controller found valid and ran; it keeps running while the spec is "
+        "invalid, also after a restart.",
+        json_schema_extra=_LAST_APPLIED,
+    )
     observed_generation: int | None = Field(default=None, description="The .metadata.generation this status describes.")
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled and DryRun.", json_schema_extra=_CONDITIONS
@@ -208,19 +225,20 @@ class HeadroomConfigSpec(Model):
     max_multiplier: float = Field(
         default=10,
         ge=0,
+        le=1000,
         description="Cap limit <= request * maxMultiplier; 0 disables the cap.",
         json_schema_extra=_MULTIPLIER_CEL,
     )
     deadband: Deadband = Field(
         default_factory=Deadband, description="Relative changes too small to write.", json_schema_extra={"default": {}}
     )
-    debounce_period: Duration = Field(
+    debounce_period: duration(600, 0.0) = Field(  # type: ignore[valid-type]
         default="2s", description="At most one recompute of a node per period, e.g. 2s or 500ms."
     )
     rate_limits: RateLimits = Field(
         default_factory=RateLimits, description="Write rate limits.", json_schema_extra={"default": {}}
     )
-    backoff_period: Duration = Field(
+    backoff_period: duration(86400, 1.0) = Field(  # type: ignore[valid-type]
         default="5m", description="How long a pod is left alone after an infeasible or quota-denied resize."
     )
     namespace_selector: LabelSelector | None = Field(
@@ -239,6 +257,12 @@ class HeadroomConfigSpec(Model):
 class NodePoolProfileStatus(Model):
     """What the controller sees on this pool's nodes."""
 
+    last_applied_spec: dict[str, Any] | None = Field(
+        default=None,
+        description="The last spec the controller found valid (also once merged with HeadroomConfig) and ran; "
+        "it keeps running while the spec is invalid or unusable, also after a restart.",
+        json_schema_extra=_LAST_APPLIED,
+    )
     observed_generation: int | None = Field(default=None, description="The .metadata.generation this status describes.")
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled, Conflict and DryRun.", json_schema_extra=_CONDITIONS
@@ -282,6 +306,7 @@ class NodePoolProfileSpec(Model):
     max_multiplier: float | None = Field(
         default=None,
         ge=0,
+        le=1000,
         description="Overrides HeadroomConfig spec.maxMultiplier (0 disables the cap).",
         json_schema_extra=_MULTIPLIER_CEL,
     )

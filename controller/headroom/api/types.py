@@ -8,13 +8,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
-from ..core.quantity import QuantityError, parse_quantity
+from ..core.quantity import MAX_LENGTH, QuantityError, parse_quantity
 
-# Non-negative Kubernetes quantity; the same grammar the CRD's `pattern` enforces.
-QUANTITY_PATTERN = (
-    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# Non-negative Kubernetes quantity; the same grammar the CRD's `pattern` enforces, with the
+# parser's bounds (core/quantity.py): an integer exponent of at most two digits, at most
+# MAX_LENGTH characters, a value below 2^63 (a CEL rule on the CRD, a check here).
+QUANTITY_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$"
+QUANTITY_MAX_CEL = "9223372036854775807"
+DURATION_PATTERN = r"^([0-9]{1,9}(\.[0-9]{1,9})?(ms|s|m|h)){1,4}$"
+DURATION_MAX_LENGTH = 48
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -32,12 +34,15 @@ class Model(BaseModel):
 def _check_quantity(value: Any) -> int | str:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"{value!r} is not a quantity; use an integer or a string such as '500m' or '1.5'")
-    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
-        raise ValueError(f"{value!r} is not a quantity; use e.g. '500m', '2' or '1.5' (no sign)")
+    if isinstance(value, str) and (len(value) > MAX_LENGTH or not re.fullmatch(QUANTITY_PATTERN, value)):
+        raise ValueError(
+            f"{value[:70]!r} is not a quantity; use e.g. '500m', '2' or '1.5' "
+            f"(no sign, an exponent of at most two digits, at most {MAX_LENGTH} characters)"
+        )
     try:
         if parse_quantity(value) < 0:
             raise ValueError(f"{value!r} is negative; use 0 or more")
-    except QuantityError as exc:  # pragma: no cover - the pattern admits only valid quantities
+    except QuantityError as exc:  # too large: the CRD's CEL rule says the same
         raise ValueError(str(exc)) from None
     return value
 
@@ -49,9 +54,16 @@ Quantity = Annotated[
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
+            "maxLength": MAX_LENGTH,
             "x-kubernetes-int-or-string": True,
             "x-kubernetes-validations": [
-                {"rule": "type(self) == string || self >= 0", "message": "must not be negative"}
+                {"rule": "type(self) == string || self >= 0", "message": "must not be negative"},
+                {
+                    "rule": f"type(self) != string || !isQuantity(self) || "
+                    f"quantity(self).isLessThan(quantity('{QUANTITY_MAX_CEL}')) || "
+                    f"quantity(self).compareTo(quantity('{QUANTITY_MAX_CEL}')) == 0",
+                    "message": f"must be at most {QUANTITY_MAX_CEL} (2^63 - 1)",
+                },
             ],
         }
     ),
@@ -63,19 +75,46 @@ def duration_seconds(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
 
 
-def _check_duration(value: Any) -> str:
-    if not isinstance(value, str) or not re.match(DURATION_PATTERN, value):
-        raise ValueError(
-            f"{value!r} is not a duration; use a string such as '2s', '500ms' or '1m30s' (units ms, s, m, h)"
-        )
-    return value
+def _go_duration(seconds: float) -> str:
+    """A bound in the form CEL's duration() reads."""
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{int(seconds * 1000)}ms"
 
 
-Duration = Annotated[
-    Any,
-    BeforeValidator(_check_duration),
-    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
-]
+def duration(max_seconds: float, min_seconds: float = 0.0) -> Any:
+    """A duration string bounded to [min_seconds, max_seconds]: the pattern bounds its
+    length, a CEL rule (CEL's duration() is Go's time.ParseDuration) bounds its value,
+    and the check below says the same offline."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or len(value) > DURATION_MAX_LENGTH or not re.fullmatch(DURATION_PATTERN, value):
+            raise ValueError(
+                f"{str(value)[:60]!r} is not a duration; use a string such as '2s', '500ms' or '1m30s' (units ms, s, m, h)"
+            )
+        seconds = duration_seconds(value)
+        if not min_seconds <= seconds <= max_seconds:
+            raise ValueError(
+                f"{value!r} is out of range; use between {_go_duration(min_seconds)} and {_go_duration(max_seconds)}"
+            )
+        return value
+
+    lo, hi = _go_duration(min_seconds), _go_duration(max_seconds)
+    return Annotated[
+        Any,
+        BeforeValidator(check),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "pattern": DURATION_PATTERN,
+                "maxLength": DURATION_MAX_LENGTH,
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"duration(self) >= duration('{lo}') && duration(self) <= duration('{hi}')",
+                        "message": f"must be between {lo} and {hi}",
+                    }
+                ],
+            }
+        ),
+    ]
 
 
 def _selector_values_ok(req: LabelSelectorRequirement) -> LabelSelectorRequirement:

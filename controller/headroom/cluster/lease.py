@@ -119,7 +119,11 @@ class LeaderElector:
 
     def run(self) -> None:
         while not self._stop.is_set():
-            ok = self.try_acquire_or_renew()
+            try:
+                ok = self.try_acquire_or_renew()
+            except Exception:  # a malformed Lease or a bug: not leading this round, never a dead thread
+                log.exception("leader election round crashed", extra={"lease": f"{self.namespace}/{self.name}"})
+                ok = False
             if ok and not self._leading:
                 self._leading = True
                 log.info("became leader", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
@@ -132,6 +136,9 @@ class LeaderElector:
             if not self._leading:  # a standby tries again right when the holder's lease runs out
                 wait = min(wait, max(0.05, self._expires_at - self.clock() + 0.05))
             self._stop.wait(wait)
+
+    def alive(self) -> bool:
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
 
     def start(self) -> LeaderElector:
         self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)

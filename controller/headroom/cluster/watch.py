@@ -4,7 +4,13 @@
 - relists on `410 Gone` (the version fell out of etcd's window);
 - reconnects with jittered exponential backoff on errors;
 - treats a stream silent for longer than the server-side timeout plus a margin as dead —
-  a known failure of Python operators, where a half-open connection blocks forever.
+  a known failure of Python operators, where a half-open connection blocks forever;
+- survives every exception (a bug in a handler included): it is logged, counted, and the
+  reflector starts over with a relist after a backoff.
+
+After any failure the reflector is *unsynced* until a relist has completed: events may
+have been missed, so nothing may be decided from its data (`problem()` says why). A
+watch that ends normally (the server's timeout) resumes without a relist and stays synced.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,10 +47,31 @@ class Reflector:
     timeout_seconds: int = 300  # server closes the watch after this; we reconnect
     silence_margin: float = 30.0
     max_backoff: float = 30.0
-    synced: threading.Event = field(default_factory=threading.Event)
+    on_error: Callable[[str], None] = lambda component: None  # counts failures (a metric)
+    synced: threading.Event = field(default_factory=threading.Event)  # the first list is in
     resource_version: str = ""
     relists: int = 0
+    failing: str | None = None  # the last failure, until a relist completes after it
+    last_contact: float = field(default_factory=time.monotonic)  # last sign of life from the server
     _thread: threading.Thread | None = None
+
+    def problem(self) -> str | None:
+        """Why this reflector's data may not be decided on now; None when it may."""
+        if not self.synced.is_set():
+            return f"the first list of {self.path} has not completed"
+        if self.failing is not None:
+            return f"the watch of {self.path} failed ({self.failing}) and has not relisted since"
+        return None
+
+    def alive(self) -> tuple[bool, str]:
+        """For /healthz: the thread runs and the server was heard from recently enough."""
+        if self._thread is not None and not self._thread.is_alive() and not self.stop.is_set():
+            return False, f"the watch thread of {self.path} has died"
+        silent = time.monotonic() - self.last_contact
+        limit = self.timeout_seconds * 1.1 + self.silence_margin + self.max_backoff
+        if silent > limit:
+            return False, f"nothing heard from the watch of {self.path} for {silent:.0f}s"
+        return True, "ok"
 
     def start(self) -> Reflector:
         self._thread = threading.Thread(target=self.run, name=f"watch{self.path}", daemon=True)
@@ -64,22 +92,33 @@ class Reflector:
                     need_list = False
                 self._watch()
                 delay = min(0.5, self.max_backoff)
+                continue
             except Gone:
                 log.info("watch expired, relisting", extra={"path": self.path})
+                self.failing = self.failing or "410 Gone"
                 need_list = True
+                continue
             except ApiError as exc:
                 if self.stop.is_set():
                     return  # shutting down: the connection was cut under us
                 if exc.status == 410:
+                    self.failing = self.failing or "410 Gone"
                     need_list = True
                     continue
                 log.warning(
                     "watch failed, retrying", extra={"path": self.path, "error": str(exc), "retry_in": round(delay, 2)}
                 )
-                if exc.status not in (0, 429) and exc.status < 500:
-                    need_list = True  # 403/404: the resource or our access changed; start over
-                self.stop.wait(delay * (1 + random.random() * 0.2))
-                delay = min(self.max_backoff, delay * 2)
+                self.failing = f"{exc.status} {exc.reason}".strip()
+            except Exception as exc:  # a bug, in a handler or here: never let the thread die
+                if self.stop.is_set():
+                    return
+                log.exception("watch handler crashed; relisting", extra={"path": self.path})
+                self.failing = f"{type(exc).__name__}: {exc}"[:200]
+            self.on_error("watch")
+            # Events may have been lost: only a relist makes the data whole again.
+            need_list = True
+            self.stop.wait(delay * (1 + random.random() * 0.2))
+            delay = min(self.max_backoff, delay * 2)
 
     def _list(self) -> None:
         items: list[dict[str, Any]] = []
@@ -87,9 +126,13 @@ class Reflector:
         for page in self.api.list_pages(self.path):
             items.extend(page.get("items") or ())
             version = (page.get("metadata") or {}).get("resourceVersion", version)
+            self.last_contact = time.monotonic()
         self.on_list(items)
         self.resource_version = version
         self.relists += 1
+        if self.failing is not None:
+            log.info("watch recovered: relisted", extra={"path": self.path, "after": self.failing})
+        self.failing = None
         self.synced.set()
 
     def _watch(self) -> None:
@@ -103,9 +146,11 @@ class Reflector:
 
     def handle(self, lines: Iterable[bytes]) -> None:
         """Apply raw watch event lines; public so a benchmark can replay a recorded stream."""
+        self.last_contact = time.monotonic()
         for line in lines:
             if self.stop.is_set():
                 return
+            self.last_contact = time.monotonic()
             event = orjson.loads(line)
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":

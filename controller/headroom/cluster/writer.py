@@ -11,7 +11,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..core import keys
 from ..core.policy import PodTarget
@@ -21,7 +21,7 @@ from .api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 
 log = logging.getLogger("headroom.writer")
 
-APPLIED, INFEASIBLE, QUOTA_DENIED, INVALID, CONFLICT, ERROR, GONE = (
+APPLIED, INFEASIBLE, QUOTA_DENIED, INVALID, CONFLICT, ERROR, GONE, THROTTLED = (
     "applied",
     "infeasible",
     "quota-denied",
@@ -29,6 +29,7 @@ APPLIED, INFEASIBLE, QUOTA_DENIED, INVALID, CONFLICT, ERROR, GONE = (
     "conflict",
     "error",
     "gone",
+    "throttled",
 )
 
 
@@ -56,8 +57,8 @@ def outcome_of(exc: ApiError) -> Outcome:
     if exc.status == 404:
         return Outcome(GONE, exc.message)
     if exc.status == 429:
-        return Outcome(ERROR, exc.message, exc.retry_after or 1.0)
-    return Outcome(ERROR, exc.message or exc.reason)
+        return Outcome(THROTTLED, exc.message, exc.retry_after or 1.0)
+    return Outcome(ERROR, exc.message or exc.reason, exc.retry_after)
 
 
 def resize_body(pod: Pod, target: PodTarget) -> dict[str, Any]:
@@ -83,36 +84,85 @@ class NotLeader(Exception):
     """A write was attempted without a live lease; nothing was sent."""
 
 
+class WriteBlocked(Exception):
+    """A pod write was attempted while the controller's view is incomplete (a watch is
+    failing or relisting); nothing was sent. The message says which."""
+
+
+class Limiter(Protocol):
+    def acquire(self, node: str | None = None) -> float: ...
+    def hold(self, seconds: float) -> None: ...
+
+
+class _Unlimited:
+    def acquire(self, node: str | None = None) -> float:
+        return 0.0
+
+    def hold(self, seconds: float) -> None:
+        pass
+
+
 class Writer:
-    def __init__(self, api: Api, instance: str, may_write: Callable[[], bool] = lambda: True) -> None:
+    """Every write goes through here: the leadership fence, the write budget (`limiter`),
+    and, for writes to pods, the view gate (`blocked` names why the view is incomplete)."""
+
+    def __init__(
+        self,
+        api: Api,
+        instance: str,
+        may_write: Callable[[], bool] = lambda: True,
+        limiter: Limiter | None = None,
+        blocked: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.api = api
         self.instance = instance
         self.may_write = may_write  # leadership fence, checked before every write
+        self.limiter: Limiter = limiter or _Unlimited()
+        self.blocked = blocked
         self.params = {"fieldManager": keys.FIELD_MANAGER}
 
     def fence(self) -> None:
         if not self.may_write():
             raise NotLeader()
 
-    def resize(self, pod: Pod, target: PodTarget) -> Outcome:
+    def _pod_write(self, pod: Pod, send: Callable[[], object]) -> Outcome:
+        self.fence()
+        self.limiter.acquire(pod.node_name)
+        # Checked after the wait for a token, right before sending: a watch may have failed meanwhile.
+        why = self.blocked()
+        if why is not None:
+            raise WriteBlocked(why)
         self.fence()
         try:
-            self.api.patch(
-                pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target), STRATEGIC_PATCH, self.params
-            )
+            send()
         except ApiError as exc:
-            return outcome_of(exc)
+            outcome = outcome_of(exc)
+            if outcome.result == THROTTLED and outcome.retry_after:
+                self.limiter.hold(outcome.retry_after)
+            return outcome
         return Outcome(APPLIED)
+
+    def resize(self, pod: Pod, target: PodTarget) -> Outcome:
+        path, body = pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target)
+        return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params))
 
     def annotate(self, pod: Pod, value: str) -> Outcome:
         """Write kube-headroom.dev/status; metadata only (RBAC: patch pods)."""
         body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
+        path = pod_path(pod.namespace, pod.name)
+        return self._pod_write(pod, lambda: self.api.patch(path, body, MERGE_PATCH, self.params))
+
+    def apply_status(self, body: dict[str, Any]) -> None:
+        """Server-side apply of a custom resource's status; raises ApiError."""
+        self.fence()
+        self.limiter.acquire()
         self.fence()
         try:
-            self.api.patch(pod_path(pod.namespace, pod.name), body, MERGE_PATCH, self.params)
+            self.api.apply(body, keys.FIELD_MANAGER, subresource="status")
         except ApiError as exc:
-            return outcome_of(exc)
-        return Outcome(APPLIED)
+            if exc.status == 429:
+                self.limiter.hold(exc.retry_after or 1.0)
+            raise
 
     def event(self, pod: Pod, kind: str, reason: str, note: str, action: str = "Resize") -> None:
         """An events.k8s.io/v1 Event on the pod."""
@@ -137,9 +187,13 @@ class Writer:
             "type": kind,
             "regarding": regarding,
         }
+        self.limiter.acquire()
+        self.fence()
         try:
             self.api.post(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body)
         except ApiError as exc:
+            if exc.status == 429:
+                self.limiter.hold(exc.retry_after or 1.0)
             log.warning(
                 "event not recorded",
                 extra={"object": f"{regarding['kind']}/{regarding['name']}", "reason": reason, "error": str(exc)},

@@ -13,6 +13,7 @@ NOT_BOUND = "NotBound"
 TERMINAL = "Terminal"
 TERMINATING = "Terminating"
 MIRROR_POD = "MirrorPod"
+CONFIG_UNUSABLE = "ConfigUnusable"
 NAMESPACE_NOT_MANAGED = "NamespaceNotManaged"
 NAMESPACE_EXCLUDED = "NamespaceExcluded"
 POD_OPTED_OUT = "PodOptedOut"
@@ -26,12 +27,14 @@ RESTART_ON_RESIZE = "RestartOnResize"
 POD_LEVEL_UNSUPPORTED = "PodLevelResourcesUnsupported"
 BACKING_OFF = "BackingOff"
 POOL_PAUSED = "PoolPaused"
+INVALID_ANNOTATION = "InvalidAnnotation"
 
 REASONS = (
     NOT_BOUND,
     TERMINAL,
     TERMINATING,
     MIRROR_POD,
+    CONFIG_UNUSABLE,
     NAMESPACE_NOT_MANAGED,
     NAMESPACE_EXCLUDED,
     POD_OPTED_OUT,
@@ -45,6 +48,7 @@ REASONS = (
     POD_LEVEL_UNSUPPORTED,
     BACKING_OFF,
     POOL_PAUSED,
+    INVALID_ANNOTATION,  # decided by the planner, after every check above
 )
 
 
@@ -90,6 +94,8 @@ def eligibility(
         return TERMINATING
     if pod.mirror:
         return MIRROR_POD
+    if settings.blocked is not None:  # every check below depends on a usable configuration
+        return CONFIG_UNUSABLE
     if not namespace_managed(namespace, settings):
         return NAMESPACE_NOT_MANAGED
     ex = settings.exclusions

@@ -49,6 +49,9 @@ class Settings:
     backoff_seconds: float = 300.0
     per_node_patches_per_second: float = 10.0
     client_qps: float = 50.0
+    # Why nothing may be written on these nodes (no HeadroomConfig, an invalid one with no
+    # valid version known, a profile unusable and without a valid version); None: writable.
+    blocked: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,6 +74,7 @@ class Profile:
     overrides: Overrides = Overrides()
     exclusions: Exclusions = Exclusions()
     paused: bool = False
+    blocked: str | None = None  # frozen: the profile keeps its nodes, and nothing is written there
 
     def sort_key(self) -> tuple[int, str]:
         """Highest priority first; a tie goes to the name that sorts first."""
@@ -80,8 +84,17 @@ class Profile:
 class ParamsError(ValueError):
     """A profile that is valid alone but not merged with the global settings."""
 
+    def __init__(self, profile: str, path: str, detail: str) -> None:
+        super().__init__(f"NodePoolProfile/{profile}: {path}: {detail}")
+        self.path = path
+        self.detail = detail
+
 
 def apply_profile(base: Settings, profile: Profile) -> Settings:
+    """The settings of a node the profile wins. One rule for the controller, `plan` and
+    `headroom validate`: raises ParamsError when the merge is not usable."""
+    if profile.blocked is not None:
+        return replace(base, pool=profile.name, paused=profile.paused, blocked=base.blocked or profile.blocked)
     o = profile.overrides
     merged = replace(
         base,
@@ -98,9 +111,10 @@ def apply_profile(base: Settings, profile: Profile) -> Settings:
     )
     if merged.deadband_shrink > merged.deadband_grow:
         raise ParamsError(
-            f"NodePoolProfile/{profile.name}: spec.deadband: merged with HeadroomConfig the "
-            f"shrink deadband {merged.deadband_shrink} exceeds the grow deadband "
-            f"{merged.deadband_grow}; set both in the profile or keep shrink <= grow"
+            profile.name,
+            "spec.deadband",
+            f"merged with HeadroomConfig the shrink deadband {merged.deadband_shrink} exceeds the grow "
+            f"deadband {merged.deadband_grow}; set both in the profile or keep shrink <= grow",
         )
     return merged
 
@@ -116,15 +130,19 @@ class Resolver:
 
     @classmethod
     def build(cls, base: Settings, profiles: Iterable[Profile]) -> Resolver:
+        """A profile whose merge fails is frozen, never dropped: dropping it would hand its
+        nodes to the global settings (and manage pods it excludes)."""
         r = cls(base, ())
-        usable = []
+        kept = []
         for p in sorted(profiles, key=Profile.sort_key):
             try:
                 r._merged[p.name] = apply_profile(base, p)
-                usable.append(p)
             except ParamsError as exc:
                 r.errors[p.name] = str(exc)
-        r.profiles = tuple(usable)
+                p = replace(p, blocked=f"{exc}; nothing is written on its nodes until it is fixed")
+                r._merged[p.name] = apply_profile(base, p)
+            kept.append(p)
+        r.profiles = tuple(kept)
         return r
 
     def matching(self, labels: Mapping[str, str]) -> list[Profile]:

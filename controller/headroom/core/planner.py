@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from . import eligibility as elig
+from . import keys
 from .params import Resolver, Settings
 from .policy import Managed, NodeSummary, PodTarget, compute_node
 from .quantity import QuantityError, cpu_milli
@@ -21,7 +22,7 @@ class PodPlan:
     pod: Pod
     reason: str
     target: PodTarget | None = None
-    warning: str | None = None  # e.g. an unparseable max-cpu annotation, ignored
+    warning: str | None = None  # e.g. an unparseable max-cpu annotation: the pod is left alone
 
     @property
     def managed(self) -> bool:
@@ -51,15 +52,20 @@ _BY_KEY = attrgetter("namespace", "name")
 
 
 def user_cap(pod: Pod) -> tuple[int | None, str | None]:
-    """The pod's max-cpu annotation in millicores, or a warning when it does not parse."""
+    """The pod's max-cpu annotation in millicores, or why it cannot be used. A tenant's
+    annotation is untrusted input: whatever it holds, this returns instead of raising."""
     if pod.max_cpu is None:
         return None, None
+    fix = "set a CPU quantity above 0 such as '2' or '1500m', or remove it"
     try:
         cap = cpu_milli(pod.max_cpu)
     except QuantityError as exc:
-        return None, f"annotation kube-headroom.dev/max-cpu ignored: {exc}"
+        return None, f"annotation {keys.MAX_CPU_KEY} is unusable, so the pod is left alone: {exc}; {fix}"
     if cap <= 0:
-        return None, f"annotation kube-headroom.dev/max-cpu ignored: {pod.max_cpu!r} must be above 0"
+        return (
+            None,
+            f"annotation {keys.MAX_CPU_KEY} is unusable, so the pod is left alone: {str(pod.max_cpu)[:64]!r} is not above 0; {fix}",
+        )
     return cap, None
 
 
@@ -87,7 +93,10 @@ def plan_node(
         warning = None
         if reason == elig.MANAGED:
             cap, warning = user_cap(p)
-            managed.append(Managed(p, elig.computed_containers(p, settings), cap))
+            if warning is None:
+                managed.append(Managed(p, elig.computed_containers(p, settings), cap))
+            else:
+                reason = elig.INVALID_ANNOTATION
         reasons.append((p, reason, warning))
     summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
     by_key = {t.managed.pod.key: t for t in targets}

@@ -18,6 +18,14 @@ _GRAMMAR = re.compile(
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL_EXP = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
+# Bounds that keep every parse cheap and every result usable as an int64 on the wire:
+# a quantity is at most MAX_LENGTH characters, an exponent at most two digits, and the
+# value below 2**63 (the largest the API server can hold as an integer). Beyond them the
+# text is refused instead of reaching Decimal arithmetic that can overflow.
+MAX_LENGTH = 64
+MAX_EXPONENT = 99
+MAX_VALUE = Decimal(2**63 - 1)
+
 
 class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity; the message says what is allowed."""
@@ -28,11 +36,15 @@ def parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity; use a number or a string like '500m'")
     if isinstance(value, int):
-        return Decimal(value)
+        return _bounded(value, Decimal(value))
     if isinstance(value, float):
-        return Decimal(repr(value))
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"{value!r} is not a quantity; use a finite number")
+        return _bounded(value, Decimal(repr(value)))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity; use a number or a string like '500m'")
+    if len(value) > MAX_LENGTH:
+        raise QuantityError(f"{value[:20]!r}... is not a quantity: longer than {MAX_LENGTH} characters")
     m = _GRAMMAR.match(value.strip())
     if m is None:
         raise QuantityError(
@@ -43,20 +55,33 @@ def parse_quantity(value: object) -> Decimal:
         number = Decimal(m["num"])
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
         raise QuantityError(f"{value!r} is not a quantity") from exc
+    if m["exp"] and abs(int(m["exp"])) > MAX_EXPONENT:
+        raise QuantityError(f"{value!r} is not a quantity: the exponent is beyond ±{MAX_EXPONENT}")
     if m["bin"]:
-        return number * _BINARY[m["bin"]]
-    if m["dec"]:
-        return number.scaleb(_DECIMAL_EXP[m["dec"]])
-    if m["exp"]:
-        return number.scaleb(int(m["exp"]))
-    return number
+        result = number * _BINARY[m["bin"]]
+    elif m["dec"]:
+        result = number.scaleb(_DECIMAL_EXP[m["dec"]])
+    elif m["exp"]:
+        result = number.scaleb(int(m["exp"]))
+    else:
+        result = number
+    return _bounded(value, result)
+
+
+def _bounded(value: object, result: Decimal) -> Decimal:
+    if abs(result) > MAX_VALUE:
+        raise QuantityError(f"{value!r} is too large a quantity: at most {MAX_VALUE} (2^63 - 1)")
+    return result
 
 
 def _milli_fast(value: str) -> int | None:
     """The two spellings nearly every pod uses, without Decimal: `250m` and `2`."""
-    if value.endswith("m") and value[:-1].isdigit():
+    if not value.isascii():  # str.isdigit() also accepts '²' and other non-ASCII digits
+        return None
+    # Up to 15 digits cannot reach the int64 bound; longer ones take the checked path.
+    if value.endswith("m") and value[:-1].isdigit() and len(value) <= 16:
         return int(value[:-1])
-    if value.isdigit():
+    if value.isdigit() and len(value) <= 15:
         return int(value) * 1000
     return None
 
@@ -72,12 +97,14 @@ def cpu_milli(value: object) -> int:
 
 def whole_units(value: object) -> int:
     """Any quantity (memory in bytes) rounded up to a whole number, like Value()."""
-    if isinstance(value, str):
-        if value.isdigit():
+    if isinstance(value, str) and value.isascii():
+        if value.isdigit() and len(value) <= 15:
             return int(value)
         mult = _BINARY.get(value[-2:])
-        if mult is not None and value[:-2].isdigit():  # the usual 256Mi / 1Gi
-            return int(value[:-2]) * mult
+        if mult is not None and value[:-2].isdigit() and len(value) <= 8:  # the usual 256Mi / 1Gi
+            units = int(value[:-2]) * mult
+            if units <= MAX_VALUE:
+                return units
     return int(parse_quantity(value).to_integral_value(rounding=ROUND_CEILING))
 
 

@@ -72,6 +72,9 @@ class Pod:
     status_annotation: str | None = None  # kube-headroom.dev/status as last written
     memory_pinned: bool = False  # every container's memory request equals its limit
     resize_pending: bool = False  # PodResizePending or PodResizeInProgress is True
+    # The pod generation whose resize the kubelet refused (Infeasible, or InProgress with
+    # reason Error); 0 when none is refused. One backoff per refused generation.
+    resize_refused_generation: int = 0
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything eligibility and policy read: all but the resourceVersion and
@@ -91,6 +94,7 @@ class Pod:
             and self.resize_infeasible == other.resize_infeasible
             and self.memory_pinned == other.memory_pinned
             and self.resize_pending == other.resize_pending
+            and self.resize_refused_generation == other.resize_refused_generation
             and self.overhead_cpu == other.overhead_cpu
             and self.mirror == other.mirror
             and self.uid == other.uid
@@ -254,6 +258,14 @@ def _container(
     return Container(name, kind, req, cpu_lim, mem_req, mem_lim, max(req, in_status.get(name, 0)), restart)
 
 
+def _generation(*candidates: object) -> int:
+    """The first usable generation: the condition's, the status', then the pod's own."""
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 1
+
+
 def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     try:
         meta = obj["metadata"]
@@ -312,12 +324,19 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
             break
 
     infeasible = pending = False
+    refused_generation = 0
     for cond in status.get("conditions") or ():
         kind = cond.get("type")
         if (kind == "PodResizePending" or kind == "PodResizeInProgress") and cond.get("status") == "True":
             pending = True
-            if cond.get("reason") == "Infeasible":
+            reason = cond.get("reason")
+            if (kind == "PodResizePending" and reason == "Infeasible") or (
+                kind == "PodResizeInProgress" and reason == "Error"
+            ):
                 infeasible = True
+                refused_generation = _generation(
+                    cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
+                )
     node_name = spec.get("nodeName")
     pinned = True
     for c in containers:
@@ -346,6 +365,7 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         status_annotation=annotations.get(keys.STATUS_KEY),
         memory_pinned=pinned,
         resize_pending=pending,
+        resize_refused_generation=refused_generation,
     )
 
 

@@ -3,6 +3,7 @@ and the exponential retry delay of nodes whose reconcile hit a server error."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -30,13 +31,20 @@ class PodBackoff:
                 del self._until[key]
             return frozenset(self._until)
 
+    def remaining(self, pod_key: str) -> float | None:
+        """Seconds until the pod's backoff expires; None when it is not backing off."""
+        with self._lock:
+            until = self._until.get(pod_key)
+            left = None if until is None else until - self._clock()
+            return left if left is not None and left > 0 else None
+
     def forget(self, pod_key: str) -> None:
         with self._lock:
             self._until.pop(pod_key, None)
 
 
 class RetryDelay:
-    """Per node: 0.5 s, 1 s, 2 s … capped, reset by a success."""
+    """Per node: 0.5 s, 1 s, 2 s … capped, each with up to 20 % jitter, reset by a success."""
 
     def __init__(self, base: float = 0.5, cap: float = 60.0) -> None:
         self.base = base
@@ -48,7 +56,7 @@ class RetryDelay:
         with self._lock:
             n = self._failures.get(node, 0)
             self._failures[node] = n + 1
-            return float(min(self.cap, self.base * 2**n))
+            return float(min(self.cap, self.base * 2 ** min(n, 32)) * (1 + 0.2 * random.random()))
 
     def reset(self, node: str) -> None:
         with self._lock:

@@ -16,7 +16,7 @@ from ..cluster.cache import ClusterCache, Stale
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
-from ..cluster.writer import APPLIED, CONFLICT, NotLeader, Writer
+from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
@@ -84,12 +84,11 @@ class Controller:
                 o.retry_period,
                 on_started=self._started_leading,
             )
-        self.writer = Writer(api, self.identity, self.leading)
+        self.writer = Writer(api, self.identity, self.leading, self.limiter, self.inputs_problem)
         self.reconciler = Reconciler(
             self.cache,
             self.config,
             self.writer,
-            self.limiter,
             self.backoff,
             self._pod_level_for,
             self._count,
@@ -99,11 +98,15 @@ class Controller:
             api,
             self.writer,
             self.cache.custom_objects,
-            lambda: self.config.errors,
-            lambda: self.config.resolver,
+            lambda: self.config.resolution,
             self.cache.node_labels,
+            inputs=self.inputs_problem,
         )
         self.last_reconcile_ok = True
+        # Handlers of different reflector threads share the configuration: one at a time.
+        self._config_lock = threading.RLock()
+        self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
+        self._blocked_logged: str | None = None
 
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
@@ -116,8 +119,44 @@ class Controller:
         if not dry_run:
             if result == APPLIED:
                 self.status.facts.applied += 1
-            elif result != CONFLICT:
+            elif result not in (CONFLICT, THROTTLED):
                 self.status.facts.failed += 1
+
+    def _error(self, component: str) -> None:
+        self.metrics.errors.labels(component).inc()
+
+    def inputs_problem(self) -> str | None:
+        """Why the view is incomplete now (a watch failing, relisting or not yet listed);
+        None when every input is whole. Pods, nodes, namespaces and both custom resources
+        feed every node's decision, so any one of them blocks every pod write."""
+        for r in self.reflectors:
+            why = r.problem()
+            if why is not None:
+                return why
+        if not self.reflectors:
+            return "the watches have not started"
+        return None
+
+    def healthy(self) -> tuple[bool, str]:
+        """/healthz: every long-running thread is alive and every watch hears from the server."""
+        if self.stop.is_set():
+            return False, "stopping"
+        for name, t in self._threads.items():
+            if not t.is_alive():
+                return False, f"thread {name} has died"
+        if self.elector is not None and not self.elector.alive():
+            return False, "the leader-election thread has died"
+        for r in self.reflectors:
+            ok, why = r.alive()
+            if not ok:
+                return False, why
+        return True, "ok"
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads[name] = t
+        t.start()
+        return t
 
     def _observe(self, plan: NodePlan) -> None:
         self.metrics.observe_node(plan)
@@ -155,12 +194,18 @@ class Controller:
             self.queue.add(name)
 
     def _record(self, build: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
-        """The slim record of one object; None (logged) when it cannot be read."""
+        """The slim record of one object; None (logged, counted) when it cannot be read.
+        Whatever the object holds, this returns: one bad object never stops a watch."""
         try:
             return build(obj)
         except RecordError as exc:
             log.error("object skipped: cannot read it", extra={"error": str(exc)})
-            return None
+        except Exception:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = f"{meta.get('namespace', '')}/{meta.get('name')}" if isinstance(meta, dict) else "?"
+            log.exception("object skipped: reading it crashed", extra={"object": name})
+        self._error("record")
+        return None
 
     def _records(self, build: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
         return [r for r in (self._record(build, obj) for obj in items) if r is not None]
@@ -206,18 +251,20 @@ class Controller:
 
     def _custom_list(self, kind: str) -> Callable[[list[dict[str, Any]]], None]:
         def on_list(items: list[dict[str, Any]]) -> None:
-            self.cache.replace_custom(kind, items)
-            self._reconfigure()
+            with self._config_lock:
+                self.cache.replace_custom(kind, items)
+                self._reconfigure()
 
         return on_list
 
     def _custom_event(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
         def on_event(event: str, obj: dict[str, Any]) -> None:
-            if event == "DELETED":
-                self.cache.delete_custom(kind, obj["metadata"]["name"])
-            else:
-                self.cache.put_custom(kind, obj)
-            self._reconfigure()
+            with self._config_lock:
+                if event == "DELETED":
+                    self.cache.delete_custom(kind, str((obj.get("metadata") or {}).get("name")))
+                else:
+                    self.cache.put_custom(kind, obj)
+                self._reconfigure()
 
         return on_event
 
@@ -226,7 +273,7 @@ class Controller:
         before = {n: self.config.settings_for(lab) for n, lab in labels.items()}
         self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))
         base = self.config.base
-        self.metrics.config_valid.set(0 if self.config.errors else 1)
+        self.metrics.config_valid.set(1 if self.config.valid else 0)
         self.queue.debounce = base.debounce_seconds
         self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
         changed = {n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}
@@ -250,9 +297,7 @@ class Controller:
     def start(self) -> None:
         ports = {p for p in (self.options.metrics_port, self.options.health_port) if p is not None}
         for port in sorted(ports):
-            self._servers.append(
-                serve(self.metrics, port, lambda: not self.stop.is_set(), self.ready, self.options.metrics_host)
-            )
+            self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
         if self.options.webhook_cert_dir:  # every replica serves it, leader or not
             self._servers.append(
                 webhook.serve(
@@ -280,10 +325,17 @@ class Controller:
         for path, on_list, on_event in watches:
             self.reflectors.append(
                 Reflector(
-                    self.api, path, on_list, on_event, self.stop, timeout_seconds=self.options.watch_timeout
+                    self.api,
+                    path,
+                    on_list,
+                    on_event,
+                    self.stop,
+                    timeout_seconds=self.options.watch_timeout,
+                    on_error=self._error,
                 ).start()
             )
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
+        self._spawn("blocked-log", self._log_blocked)
 
     def _await_sync(self) -> None:
         """Workers start only once every list is in: acting on a partial view (missing
@@ -318,13 +370,26 @@ class Controller:
             self.elector.start()
         for name in nodes:
             self.queue.add(name)
-        threading.Thread(target=self._status_loop, name="status", daemon=True).start()
-
+        self._spawn("status", self._status_loop)
         for i in range(self.options.workers):
-            t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
-            t.start()
-            self.workers.append(t)
-        threading.Thread(target=self._refresh_loop, name="capabilities", daemon=True).start()
+            self.workers.append(self._spawn(f"worker-{i}", self._work))
+        self._spawn("capabilities", self._refresh_loop)
+
+    def _log_blocked(self) -> None:
+        """Say once, when it starts and when it ends, that writes are held back and why."""
+        while not self.stop.wait(1.0):
+            try:
+                why = self.inputs_problem() if self.synced.is_set() else None
+                if why != self._blocked_logged:
+                    if why is None:
+                        log.info("view complete again: writes resume")
+                    else:
+                        log.warning("view incomplete: no pod is written", extra={"reason": why})
+                    self._blocked_logged = why
+                self.metrics.writes_blocked.set(0 if why is None else 1)
+            except Exception:
+                log.exception("blocked-writes check crashed")
+                self._error("health")
 
     def _status_loop(self) -> None:
         while not self.stop.wait(0.5):
@@ -333,49 +398,64 @@ class Controller:
                     self.status.flush()
                 except Exception:
                     log.exception("status update failed")
+                    self._error("status")
 
     def _refresh_loop(self) -> None:
-
         while not self.stop.wait(self.options.capability_refresh):
             try:
                 self.facts = discover(self.api)
+                self._refresh_pod_level()
             except ApiError as exc:
                 log.warning("capability refresh failed", extra={"error": str(exc)})
-            self._refresh_pod_level()
+                self._error("capabilities")
+            except Exception:
+                log.exception("capability refresh crashed")
+                self._error("capabilities")
 
     def _work(self) -> None:
         while not self.stop.is_set():
-            if not self.leading():
-                self.stop.wait(0.2)  # standby: keep the cache warm, write nothing
-                continue
-            node = self.queue.get(timeout=0.5)
-            if node is None:
-                continue
-            started = time.perf_counter()
             try:
-                result = self.reconciler.reconcile(node)
-            except NotLeader:
-                self.queue.done(node)
-                self.queue.add(node, after=0.0)  # the next leader (maybe us again) redoes it
-                continue
-            except Exception:
-                log.exception("reconcile crashed; node will be retried", extra={"node": node})
-                self.last_reconcile_ok = False
-                self.queue.done(node)
-                self.queue.add(node, after=self.retry.next(node))
-                continue
-            finally:
-                self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-            self.last_reconcile_ok = not result.failed
-            self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
+                self._work_once()
+            except Exception:  # a bug outside reconcile itself: log, count, keep the worker
+                log.exception("worker crashed; continuing")
+                self._error("worker")
+                self.stop.wait(0.5)
 
+    def _work_once(self) -> None:
+        if not self.leading():
+            self.stop.wait(0.2)  # standby: keep the cache warm, write nothing
+            return
+        node = self.queue.get(timeout=0.5)
+        if node is None:
+            return
+        started = time.perf_counter()
+        try:
+            result = self.reconciler.reconcile(node)
+        except NotLeader:
             self.queue.done(node)
-            if result.failed:
-                self.queue.add(node, after=result.requeue_after or self.retry.next(node))
-            else:
-                self.retry.reset(node)
-                if result.requeue_after is not None:
-                    self.queue.add(node, after=result.requeue_after)
+            self.queue.add(node, after=0.0)  # the next leader (maybe us again) redoes it
+            return
+        except Exception:
+            log.exception("reconcile crashed; node will be retried", extra={"node": node})
+            self._error("reconcile")
+            self.last_reconcile_ok = False
+            self.queue.done(node)
+            self.queue.add(node, after=self.retry.next(node), hold=True)
+            return
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        self.last_reconcile_ok = not result.failed
+        if result.blocked is None:
+            self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
+        self.queue.done(node)
+        if result.failed:
+            # Exponential backoff with jitter; a Retry-After from the server is a floor.
+            delay = self.retry.next(node)
+            self.queue.add(node, after=max(delay, result.requeue_after or 0.0), hold=True)
+        else:
+            self.retry.reset(node)
+            if result.requeue_after is not None:
+                self.queue.add(node, after=result.requeue_after, hold=result.hold)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop taking work, let in-flight writes finish (up to `timeout`), hand the lease back."""

@@ -31,24 +31,37 @@ class NodeQueue:
         self._heap: list[tuple[float, str]] = []
         self._processing: set[str] = set()
         self._again: dict[str, float] = {}  # changed while processing -> due when done
+        self._not_before: dict[str, float] = {}  # held: no run before this (Retry-After, a conflict)
         self._cond = threading.Condition()
         self._closed = False
 
     def _delay(self) -> float:
         return self.debounce * (1 + self.jitter * self._rng())
 
-    def add(self, node: str, *, immediate: bool = False, after: float | None = None) -> None:
+    def add(self, node: str, *, immediate: bool = False, after: float | None = None, hold: bool = False) -> None:
         """Queue `node`: after the debounce, `after` seconds, or at once. An earlier due
-        time wins over a later one; a later one never postpones a queued node."""
+        time wins over a later one, except that `hold=True` makes `after` a floor: the node
+        does not run before it, whatever else queues it (a server's Retry-After)."""
         with self._cond:
             if self._closed:
                 return
             now = self._clock()
             due = now if immediate else now + (after if after is not None else self._delay())
+            if hold:
+                self._not_before[node] = max(due, self._not_before.get(node, due))
+            floor = self._not_before.get(node)
+            if floor is not None:
+                if floor <= now:
+                    del self._not_before[node]
+                else:
+                    due = max(due, floor)
             if node in self._processing:
-                self._again[node] = min(due, self._again.get(node, due))
+                again = self._again.get(node)
+                self._again[node] = due if again is None or hold else min(due, again)
+                if floor is not None and floor > now:
+                    self._again[node] = max(self._again[node], floor)
                 return
-            if node in self._due and self._due[node] <= due:
+            if node in self._due and self._due[node] <= due and not (floor is not None and self._due[node] < floor):
                 return
             self._due[node] = due
             heapq.heappush(self._heap, (due, node))
@@ -81,6 +94,9 @@ class NodeQueue:
             self._processing.discard(node)
             due = self._again.pop(node, None)
             if due is not None and not self._closed:
+                floor = self._not_before.get(node)
+                if floor is not None:
+                    due = max(due, floor)
                 self._due[node] = due
                 heapq.heappush(self._heap, (due, node))
                 self._cond.notify()
@@ -90,6 +106,7 @@ class NodeQueue:
         with self._cond:
             self._due.pop(node, None)
             self._again.pop(node, None)
+            self._not_before.pop(node, None)
 
     def depth(self) -> int:
         with self._cond:
@@ -114,16 +131,25 @@ class TokenBucket:
         self.tokens = burst
         self.stamp = now
 
-    def reserve(self, now: float) -> float:
-        """Take a token; the seconds to wait before using it (0 when one was there)."""
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
+    def reserve(self, now: float, start: float | None = None) -> float:
+        """Take a token for a write at `start` (default now) or later; the seconds from
+        `now` to wait before using it."""
+        t = max(now if start is None else start, self.stamp)
+        self.tokens = min(self.burst, self.tokens + (t - self.stamp) * self.rate)
+        self.stamp = t
         self.tokens -= 1
-        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+        return (t - now) + (0.0 if self.tokens >= 0 else -self.tokens / self.rate)
 
 
 class WriteLimiter:
-    """A token bucket per node and one for the whole controller (SPEC §6 rate limits)."""
+    """Every write the controller makes takes a token from one global bucket (`clientQPS`);
+    writes to a node's pods also take one from that node's bucket.
+
+    Both buckets hold a single token, so the configured rate is a hard bound: no 1-second
+    window ever holds more than `rate` writes. A server's Retry-After holds every write.
+    """
+
+    BURST = 1.0
 
     def __init__(
         self,
@@ -136,22 +162,37 @@ class WriteLimiter:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._nodes: dict[str, TokenBucket] = {}
-        self.configure(per_node, global_qps)
+        self._held_until = 0.0
+        self.per_node = per_node
+        self._global = TokenBucket(global_qps, self.BURST, clock())
 
     def configure(self, per_node: float, global_qps: float) -> None:
+        """Apply new rates; a no-op when they are unchanged, so configuration events (our own
+        status writes among them) never hand out fresh tokens."""
         with self._lock:
-            self.per_node = per_node
-            self._global = TokenBucket(global_qps, max(1.0, global_qps), self._clock())
-            self._nodes.clear()
+            if per_node != self.per_node:
+                self.per_node = per_node
+                for bucket in self._nodes.values():
+                    bucket.rate = per_node
+            if global_qps != self._global.rate:
+                self._global.rate = global_qps
 
-    def acquire(self, node: str) -> float:
-        """Block until `node` may write once more; the seconds waited."""
+    def hold(self, seconds: float) -> None:
+        """No write for `seconds` (a 429's Retry-After: the server is overloaded)."""
+        with self._lock:
+            self._held_until = max(self._held_until, self._clock() + seconds)
+
+    def acquire(self, node: str | None = None) -> float:
+        """Block until one more write (to a pod on `node`, if given) is allowed; the seconds waited."""
         with self._lock:
             now = self._clock()
-            bucket = self._nodes.get(node)
-            if bucket is None:
-                bucket = self._nodes[node] = TokenBucket(self.per_node, max(1.0, self.per_node), now)
-            wait = max(bucket.reserve(now), self._global.reserve(now))
+            start = max(now, self._held_until)
+            wait = self._global.reserve(now, start)
+            if node is not None:
+                bucket = self._nodes.get(node)
+                if bucket is None:
+                    bucket = self._nodes[node] = TokenBucket(self.per_node, self.BURST, now)
+                wait = max(wait, bucket.reserve(now, start))
         if wait > 0:
             self._sleep(wait)
         return wait

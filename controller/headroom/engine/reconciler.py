@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..cluster.cache import ClusterCache
-from ..cluster.writer import APPLIED, CONFLICT, GONE, INFEASIBLE, Outcome, Writer, now_rfc3339
+from ..cluster.writer import APPLIED, CONFLICT, GONE, INFEASIBLE, THROTTLED, Outcome, WriteBlocked, Writer, now_rfc3339
 from ..core import keys
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, plan_node
@@ -18,18 +18,28 @@ from ..core.quantity import QuantityError, cpu_milli, format_milli
 from ..core.records import Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState
-from .queue import WriteLimiter
 
 log = logging.getLogger("headroom.reconcile")
+
+
+CONFLICT_DELAY = 1.0  # a 409: the cache is behind; give the watch a moment to catch up
+BLOCKED_DELAY = 1.0  # the view is incomplete: look again shortly
 
 
 @dataclass(slots=True)
 class Result:
     requeue_after: float | None = None  # None: done; else try the node again after this
+    hold: bool = False  # requeue_after is a floor no other event may shorten (Retry-After, 409)
     writes: int = 0
     resizes: int = 0  # resizes the server accepted
+    failed: bool = False  # a server error: the node is retried with exponential backoff
+    blocked: str | None = None  # nothing was written because of this
 
-    failed: bool = False
+    def retry_at(self, after: float, hold: bool = False) -> None:
+        """Ask for another pass after `after` seconds (the earliest of several asks wins,
+        but a hold wins over any shorter plain ask)."""
+        if self.requeue_after is None or (hold and not self.hold) or (hold == self.hold and after < self.requeue_after):
+            self.requeue_after, self.hold = after, hold
 
 
 def status_annotation(plan: NodePlan, t: PodTarget) -> str:
@@ -79,7 +89,6 @@ class Reconciler:
         cache: ClusterCache,
         config: ConfigState,
         writer: Writer,
-        limiter: WriteLimiter,
         backoff: PodBackoff,
         pod_level_resize: Callable[[Node], bool],
         on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None,
@@ -88,56 +97,72 @@ class Reconciler:
         self.cache = cache
         self.config = config
         self.writer = writer
-        self.limiter = limiter
         self.backoff = backoff
         self.pod_level_resize = pod_level_resize
         self.on_outcome = on_outcome  # (result, dry_run): metrics hook
         self.on_plan = on_plan  # every computed node: metrics hook
-        self._infeasible_seen: dict[str, str] = {}  # pod key -> resourceVersion already backed off
+        self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
 
     def forget(self, pod_key: str) -> None:
         """A deleted pod: drop what was remembered about it."""
-        self._infeasible_seen.pop(pod_key, None)
+        self._refused_seen.pop(pod_key, None)
         self._warned.pop(pod_key, None)
 
     def reconcile(self, node_name: str) -> Result:
-
         view = self.cache.view(node_name)
         if view is None:
             return Result()
+        why = self.writer.blocked()
+        if why is not None:  # a partial view: decide nothing, look again once it is whole
+            result = Result(blocked=why)
+            result.retry_at(BLOCKED_DELAY, hold=True)
+            return result
         settings = self.config.settings_for(view.node.labels)
         self.backoff.period = self.config.base.backoff_seconds
         for pod in view.pods:
-            if pod.resize_infeasible and self._infeasible_seen.get(pod.key) != pod.resource_version:
-                self._infeasible_seen[pod.key] = pod.resource_version
-                if self.backoff.add(pod.key):
+            if pod.resize_infeasible and self._refused_seen.get(pod.key) != pod.resize_refused_generation:
+                # One backoff per refused generation, not per status update of the pod.
+                self._refused_seen[pod.key] = pod.resize_refused_generation
+                if self.backoff.add(pod.key) and settings.blocked is None:
                     self.on_outcome(INFEASIBLE, settings.dry_run)
                     self.writer.event(
                         pod,
                         "Warning",
                         "CPULimitAdjustSkipped",
-                        f"the kubelet reports the resize as Infeasible; leaving the pod alone for {settings.backoff_seconds:.0f}s",
+                        f"the kubelet refused the resize (Infeasible or Error); leaving the pod alone for {settings.backoff_seconds:.0f}s",
                     )
+        backing_off = self.backoff.active()
         plan = plan_node(
             view.node,
             view.pods,
             view.namespaces,
             settings,
             pod_level_resize=self.pod_level_resize(view.node),
-            backing_off=self.backoff.active(),
+            backing_off=backing_off,
         )
         self.on_plan(plan)
-        result = Result()
-        for pp in plan.pods:
-            if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
-                self._warned[pp.pod.key] = pp.warning
-                self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
-            if pp.target is None:
-                continue
-            stop = self._apply(plan, pp, pp.target, result)
-            if stop:
-                break
+        result = Result(blocked=settings.blocked)
+        # A backoff that expires must bring the node back by itself, not wait for an event.
+        for pod in view.pods:
+            if pod.key in backing_off:
+                left = self.backoff.remaining(pod.key)
+                if left is not None:
+                    result.retry_at(left + 0.05)
+        if settings.blocked is not None:
+            return result
+        try:
+            for pp in plan.pods:
+                if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
+                    self._warned[pp.pod.key] = pp.warning
+                    self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
+                if pp.target is None:
+                    continue
+                if self._apply(plan, pp, pp.target, result):
+                    break
+        except WriteBlocked as exc:
+            result.blocked = str(exc)
+            result.retry_at(BLOCKED_DELAY, hold=True)
         return result
 
     def _apply(self, plan: NodePlan, pp: PodPlan, t: PodTarget, result: Result) -> bool:
@@ -145,7 +170,6 @@ class Reconciler:
         pod, settings = pp.pod, plan.settings
         wrote_resize = False
         if t.apply and not settings.dry_run:
-            self.limiter.acquire(plan.node.name)
             outcome = self.writer.resize(pod, t)
             result.writes += 1
             if outcome.result != GONE:
@@ -182,7 +206,6 @@ class Reconciler:
                     "CPULimitAdjusted",
                     f"dry-run, not applied: {_change(pod, t)} (node factor {plan.summary.factor:.2f})",
                 )
-            self.limiter.acquire(plan.node.name)
             outcome = self.writer.annotate(pod, status_annotation(plan, t))
             result.writes += 1
             if outcome.result == APPLIED:
@@ -195,9 +218,26 @@ class Reconciler:
                         "dryRun": settings.dry_run,
                     },
                 )
-            elif outcome.result not in (GONE, CONFLICT):
-                log.warning("status annotation not written", extra={"pod": pod.key, "error": outcome.message})
+            elif outcome.result == CONFLICT:
+                result.retry_at(CONFLICT_DELAY, hold=True)
+            elif outcome.result != GONE:
+                # Retried like a failed resize, so the annotation never stays wrong until a restart.
+                log.warning(
+                    "status annotation not written; node will be retried",
+                    extra={"pod": pod.key, "result": outcome.result, "error": outcome.message},
+                )
+                return self._retry(outcome, result)
         return False
+
+    def _retry(self, outcome: Outcome, result: Result) -> bool:
+        """A transient failure: stop this pass; True (the rest of the node waits)."""
+        if outcome.result == THROTTLED:  # the server is busy, not broken: wait as told
+            result.retry_at(outcome.retry_after or 1.0, hold=True)
+        else:
+            result.failed = True
+            if outcome.retry_after:
+                result.retry_at(outcome.retry_after, hold=True)
+        return True
 
     def _handle_failure(self, pod: Pod, plan: NodePlan, outcome: Outcome, result: Result) -> bool:
         if outcome.result == GONE:
@@ -216,13 +256,11 @@ class Reconciler:
                 f"{plan.settings.backoff_seconds:.0f}s",
             )
             return False
-        if outcome.result == CONFLICT:
-            result.requeue_after = 0.0
+        if outcome.result == CONFLICT:  # decided on a stale pod: recompute once the watch caught up
+            result.retry_at(CONFLICT_DELAY, hold=True)
             return True
         log.warning(
             "resize failed; node will be retried",
-            extra={"pod": pod.key, "node": plan.node.name, "error": outcome.message},
+            extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
         )
-        result.failed = True
-        result.requeue_after = outcome.retry_after
-        return True
+        return self._retry(outcome, result)

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.resolve import FROZEN, LAST_VALID, Resolution
 from ..cluster.api import Api, ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
-from ..core.params import Resolver
 from ..core.planner import NodePlan
 
 log = logging.getLogger("headroom.status")
@@ -74,9 +74,9 @@ class StatusWriter:
     api: Api
     writer: Writer
     objects: Callable[[str], list[dict[str, Any]]]  # kind -> raw objects from the cache
-    errors: Callable[[], Mapping[str, str]]  # "Kind/name" -> validation problem
-    resolver: Callable[[], Resolver]
+    resolution: Callable[[], Resolution]  # which configuration runs, and what is wrong with it
     node_labels: Callable[[], Mapping[str, Mapping[str, str]]]
+    inputs: Callable[[], str | None] = lambda: None  # why the controller's view is incomplete now
     facts: Facts = field(default_factory=Facts)
     min_interval: float = 3.0
     clock: Callable[[], float] = time.monotonic
@@ -128,22 +128,37 @@ class StatusWriter:
                 self.waves[key] = (generation, set(affected))
 
     # --- computing --------------------------------------------------------------------
-    def _conditions(self, key: str, obj: Mapping[str, Any], scope: set[str], dry_run: bool) -> list[dict[str, Any]]:
+    def _conditions(
+        self, key: str, obj: Mapping[str, Any], scope: set[str], dry_run: bool, blocked: str | None
+    ) -> list[dict[str, Any]]:
         """Stalled, Reconciling, Ready and DryRun of one object whose nodes are `scope`."""
         generation = int((obj.get("metadata") or {}).get("generation") or 0)
-        problem = self.errors().get(key)
+        res = self.resolution()
+        problem = res.problems.get(key)
         wave = self.waves.get(key)
         waiting = len(wave[1]) if wave is not None and wave[0] == generation else len(scope)
         failed = sorted(n for n in scope if n in self.nodes and not self.nodes[n].ok)
+        inputs = self.inputs()
         conds = []
         if problem is not None:
-            conds.append(
-                _cond(
-                    "Stalled", "True", "InvalidSpec", f"{problem}; running on the last valid configuration", generation
-                )
-            )
+            running = res.running.get(key)
+            if running == LAST_VALID:
+                consequence = "running on the last valid version (status.lastAppliedSpec)"
+            elif running == FROZEN:
+                consequence = "no valid version is known, so nothing is written in its scope"
+            else:
+                consequence = "ignored"
+            conds.append(_cond("Stalled", "True", "InvalidSpec", f"{problem}; {consequence}", generation))
             conds.append(_cond("Reconciling", "False", "InvalidSpec", "the spec cannot be acted on", generation))
-            conds.append(_cond("Ready", "False", "InvalidSpec", problem, generation))
+            conds.append(_cond("Ready", "False", "InvalidSpec", f"{problem}; {consequence}", generation))
+        elif blocked is not None:
+            conds.append(_cond("Stalled", "True", "ConfigUnusable", blocked, generation))
+            conds.append(_cond("Reconciling", "False", "ConfigUnusable", "nothing is written", generation))
+            conds.append(_cond("Ready", "False", "ConfigUnusable", blocked, generation))
+        elif inputs is not None:
+            conds.append(_cond("Stalled", "False", "SpecValid", "the spec is valid", generation))
+            conds.append(_cond("Reconciling", "True", "WatchUnsynced", inputs, generation))
+            conds.append(_cond("Ready", "Unknown", "WatchUnsynced", inputs, generation))
         else:
             conds.append(_cond("Stalled", "False", "SpecValid", "the spec is valid", generation))
             if waiting:
@@ -183,10 +198,12 @@ class StatusWriter:
         return conds
 
     def config_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        resolver = self.resolver()
+        res = self.resolution()
+        resolver = res.resolver
         scope = set(self.nodes)
         dry_run = resolver.base.dry_run
-        conds = self._conditions(f"{keys.CONFIG_KIND}/{obj['metadata']['name']}", obj, scope, dry_run)
+        key = f"{keys.CONFIG_KIND}/{obj['metadata']['name']}"
+        conds = self._conditions(key, obj, scope, dry_run, resolver.base.blocked)
         pools: dict[str, list[int]] = {p.name: [0, 0] for p in resolver.profiles}
         pools.setdefault("", [0, 0])
         for stat in self.nodes.values():
@@ -213,18 +230,23 @@ class StatusWriter:
         }
         if self.last_reconcile:
             status["lastReconcileTime"] = self.last_reconcile
+        if key in res.applied:
+            status["lastAppliedSpec"] = res.applied[key]
         return status
 
     def profile_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         name = obj["metadata"]["name"]
-        resolver = self.resolver()
+        res = self.resolution()
+        resolver = res.resolver
+        key = f"{keys.PROFILE_KIND}/{name}"
         labels = self.node_labels()
         mine = {n for n, s in self.nodes.items() if s.pool == name}
         profile = next((p for p in resolver.profiles if p.name == name), None)
         settings = resolver.settings_of(name)
 
         dry_run = settings.dry_run if settings else resolver.base.dry_run
-        conds = self._conditions(f"{keys.PROFILE_KIND}/{name}", obj, mine, dry_run)
+        blocked = settings.blocked if settings else resolver.base.blocked
+        conds = self._conditions(key, obj, mine, dry_run, blocked)
         generation = int(obj["metadata"].get("generation") or 0)
         lost: dict[str, int] = {}
         if profile is not None:
@@ -260,6 +282,8 @@ class StatusWriter:
         }
         if name in self.last_applied:
             status["lastAppliedTime"] = self.last_applied[name]
+        if key in res.applied:
+            status["lastAppliedSpec"] = res.applied[key]
         return status
 
     # --- writing ----------------------------------------------------------------------
@@ -308,13 +332,14 @@ class StatusWriter:
             "status": status,
         }
         try:
-            self.writer.fence()
-            self.api.apply(body, keys.FIELD_MANAGER, subresource="status")
+            self.writer.apply_status(body)
         except NotLeader:
             return False
         except ApiError as exc:
             if exc.status != 404:
-                log.warning("status not written", extra={"object": key, "error": str(exc)})
+                log.warning("status not written; will retry", extra={"object": key, "error": str(exc)})
+            # Try again after the minimum interval, or the server's Retry-After when longer.
+            self._written_at[key] = now + max(0.0, (exc.retry_after or 0.0) - self.min_interval)
             return False
         self._written[key] = new
         self._written_at[key] = now

@@ -1,0 +1,103 @@
+"""Which configuration runs (api/resolve.py): pure logic, every fail-closed rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headroom.api.resolve import CURRENT, FROZEN, LAST_VALID, NO_CONFIG, resolve
+from headroom.core.eligibility import CONFIG_UNUSABLE, MANAGED, eligibility
+from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+
+from factories import node, pod
+
+V = "kube-headroom.dev/v1alpha1"
+
+
+def config(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": V, "kind": "HeadroomConfig", "metadata": {"name": "cluster"}, "spec": spec}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def profile(name: str, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": V,
+        "kind": "NodePoolProfile",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": name}}, **spec},
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def managed(settings) -> str:
+    ns = namespace_from_dict({"metadata": {"name": "ns", "labels": {"kube-headroom.dev/mode": "managed"}}})
+    return eligibility(
+        pod_from_dict(pod("p", namespace="ns")), ns, node_from_dict(node("n1")), settings, pod_level_resize=False
+    )
+
+
+def test_no_headroom_config_blocks_every_write():
+    res = resolve([], [profile("batch")])
+    assert res.resolver.base.blocked == NO_CONFIG and not res.usable
+    assert res.resolver.for_labels({"pool": "batch"}).blocked == NO_CONFIG
+    assert managed(res.resolver.base) == CONFIG_UNUSABLE
+
+
+def test_a_valid_config_runs_and_is_remembered():
+    res = resolve([config(dryRun=True)], [])
+    assert res.usable and res.running == {"HeadroomConfig/cluster": CURRENT}
+    assert res.applied["HeadroomConfig/cluster"] == {"dryRun": True}
+    assert managed(res.resolver.base) == MANAGED
+
+
+def test_an_invalid_config_keeps_the_last_valid_one_from_memory_or_from_status():
+    good = resolve([config(dryRun=True)], [])
+    bad = config(maxMultiplier=0.5)
+    res = resolve([bad], [], good.applied)
+    assert res.running["HeadroomConfig/cluster"] == LAST_VALID and res.resolver.base.dry_run is True
+    assert "maxMultiplier" in res.problems["HeadroomConfig/cluster"]
+    # A restarted controller has no memory: the spec it persisted in status is used.
+    restarted = resolve([config(status={"lastAppliedSpec": {"dryRun": True}}, maxMultiplier=0.5)], [])
+    assert restarted.running["HeadroomConfig/cluster"] == LAST_VALID and restarted.resolver.base.dry_run is True
+
+
+def test_an_invalid_config_with_no_valid_version_blocks_everything():
+    res = resolve([config(maxMultiplier=0.5)], [])
+    assert res.running["HeadroomConfig/cluster"] == FROZEN
+    assert res.resolver.base.blocked is not None and "maxMultiplier" in res.resolver.base.blocked
+
+
+def test_a_profile_valid_alone_but_not_merged_keeps_its_last_valid_version():
+    good = resolve([config()], [profile("batch", deadband={"shrink": 0.05, "grow": 0.3}, paused=True)])
+    assert good.running["NodePoolProfile/batch"] == CURRENT
+    # Only shrink set: merged with the global grow 0.10 it is inverted.
+    res = resolve([config()], [profile("batch", deadband={"shrink": 0.30})], good.applied)
+    assert res.running["NodePoolProfile/batch"] == LAST_VALID
+    assert "merged with HeadroomConfig" in res.problems["NodePoolProfile/batch"]
+    s = res.resolver.for_labels({"pool": "batch"})
+    assert s.pool == "batch" and s.paused and s.blocked is None
+
+
+def test_a_profile_with_no_usable_version_freezes_its_nodes():
+    res = resolve([config()], [profile("batch", deadband={"shrink": 0.30}, exclusions={"namespaces": ["ns"]})])
+    assert res.running["NodePoolProfile/batch"] == FROZEN
+    s = res.resolver.for_labels({"pool": "batch"})
+    assert s.pool == "batch" and s.blocked is not None  # never the global settings
+    assert managed(s) == CONFIG_UNUSABLE
+    assert res.resolver.for_labels({"pool": "other"}).blocked is None  # other nodes keep working
+
+
+def test_a_profile_whose_selector_cannot_be_read_blocks_every_node():
+    broken = profile("batch")
+    broken["spec"]["nodeSelector"] = {"matchLabels": "not a map"}
+    res = resolve([config()], [broken])
+    assert res.resolver.base.blocked is not None and "node selector cannot be read" in res.resolver.base.blocked
+
+
+def test_a_deleted_object_is_not_remembered():
+    good = resolve([config(dryRun=True)], [profile("batch")])
+    gone = resolve([], [], good.applied)
+    assert gone.applied == {} and gone.resolver.base.blocked == NO_CONFIG
