@@ -218,7 +218,12 @@ def start_controller(
     for c in started:
         invalid = [r for r in c.logs() if r.get("result") == "invalid"]
         assert not invalid, f"the server refused a resize as invalid: {invalid}"
-        crashed = [r for r in c.logs() if r.get("level") in ("critical",) or "Traceback" in str(r.get("msg"))]
+        # Any error that carries a traceback is a crash the controller survived: a bug.
+        crashed = [
+            r
+            for r in c.logs()
+            if r.get("level") == "critical" or r.get("exc") or "Traceback" in str(r.get("msg")) or r.get("level") == "raw"
+        ]
         assert not crashed, crashed
 
 

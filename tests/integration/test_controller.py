@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import cpu_limits, create_pod, events, versions, wait_annotation, wait_limits
+from cluster_helpers import cond, cpu_limits, create_pod, events, versions, wait_annotation, wait_for, wait_limits
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.sim.kubelet import SimulatedKubelet
@@ -107,7 +107,10 @@ def test_steady_cluster_sees_no_writes_and_a_restart_writes_nothing(cluster):
 
         first.stop()
         second = start()
-        time.sleep(DEBOUNCE * 3 + 2)
+        # It counts only once the new controller leads and has recomputed every node.
+        second.wait_for_log("became leader", timeout=30)
+        done = second.wait_for_log("first pass complete", timeout=30)
+        assert done["nodes"] >= 1
         assert versions(api, ns) == settled, "a restart on a converged cluster wrote"
         assert not [r for r in second.logs() if r.get("msg") == "cpu limit adjusted"]
 
@@ -153,7 +156,7 @@ def test_limits_cpu_quota_denial_backs_off_with_one_event(cluster):
     assert cpu_limits(api, ns, "q") == ["600m"]
 
 
-def test_configuration_changes_apply_and_an_unusable_profile_is_ignored(
+def test_configuration_fails_closed_and_the_last_valid_version_survives_a_restart(
     api, namespace, make_node, start_controller, headroom_config
 ):
     node = make_node(cpu="8", labels={"pool": "batch"})
@@ -170,20 +173,43 @@ def test_configuration_changes_apply_and_an_unusable_profile_is_ignored(
             "headroom-tests",
         )
 
+    def stalled(name: str) -> str:
+        return str(cond(api.get(f"{profiles}/{name}"), "Stalled").get("message", ""))
+
     with SimulatedKubelet(api, node):
         create_pod(api, ns := namespace, node, "p", containers=[container(cpu="500m")])
         c = start_controller()
-        wait_limits(api, ns, "p", ["5"], timeout=10)  # no HeadroomConfig: the defaults (10x)
+        # No HeadroomConfig: nothing is written, and the log and the metric say why.
+        c.wait_for_log("nothing will be written")
+        time.sleep(DEBOUNCE * 4)
+        assert cpu_limits(api, ns, "p") == [None]
+        assert "kube-headroom.dev/status" not in (api.get(pod_path(ns, "p"))["metadata"].get("annotations") or {})
+        assert "headroom_config_valid 0.0" in c.http("/metrics", c.metrics_port)[1]
         headroom_config(maxMultiplier=2)
-        wait_limits(api, ns, "p", ["1"], timeout=5)
+        wait_limits(api, ns, "p", ["1"], timeout=10)
         try:
             profile("batch", 1, maxMultiplier=3)
             wait_limits(api, ns, "p", ["1500m"], timeout=5)
-            # valid alone, but merged with the global shrink 0.05 its deadband is inverted
-            profile("tight", 5, maxMultiplier=4, deadband={"grow": 0.01})
-            c.wait_for_log("invalid configuration ignored; running on the last valid one")
+            # Valid alone, but merged with the global grow 0.10 its deadband is inverted:
+            # the last valid version (maxMultiplier 3) keeps running, not the global 2.
+            profile("batch", 1, maxMultiplier=4, deadband={"shrink": 0.30})
+            wait_for(api, f"{profiles}/batch", lambda o: "last valid version" in stalled("batch"))
             time.sleep(DEBOUNCE * 3)
             assert cpu_limits(api, ns, "p") == ["1500m"]
+            # A restarted controller finds the last valid version in status.lastAppliedSpec.
+            c.stop()
+            c = start_controller()
+            c.wait_for_log("first pass complete", timeout=30)
+            time.sleep(DEBOUNCE * 2)
+            assert cpu_limits(api, ns, "p") == ["1500m"]
+            assert api.get(f"{profiles}/batch")["status"]["lastAppliedSpec"]["maxMultiplier"] == 3
+            # A new profile that wins the node but has no usable version freezes it: never
+            # the global settings, never its own unusable values.
+            profile("tight", 5, maxMultiplier=8, deadband={"grow": 0.01})
+            wait_for(api, f"{profiles}/tight", lambda o: "nothing is written" in stalled("tight"))
+            create_pod(api, ns, node, "q", containers=[container(cpu="500m")])
+            time.sleep(DEBOUNCE * 4)
+            assert cpu_limits(api, ns, "q") == [None] and cpu_limits(api, ns, "p") == ["1500m"]
         finally:
             for name in ("batch", "tight"):
                 with contextlib.suppress(ApiError):

@@ -84,7 +84,7 @@ def test_http_410_on_the_watch_request_relists_too():
 
 def test_a_silent_stream_relists_before_its_data_counts_again():
     """Events may have been lost while the stream was dead: only a relist makes the data whole."""
-    calls, seen, listed, r = run(
+    calls, seen, _, r = run(
         [([], "10"), ([{"metadata": {"name": "a"}}], "12")],
         [[ev("ADDED", "a", "12")], ApiError(0, "Timeout", "watch silent for 360s"), [ev("ADDED", "b", "13")]],
     )

@@ -24,6 +24,7 @@ class ConfigState:
         self._lock = threading.Lock()
         self._remembered: dict[str, dict[str, Any]] = {}
         self.resolution: Resolution = resolve((), ())
+        self._said_blocked: str | None = None
 
     @property
     def resolver(self) -> Resolver:
@@ -57,8 +58,13 @@ class ConfigState:
                     "invalid configuration",
                     extra={"object": key, "error": message, "running": new.running.get(key, "ignored")},
                 )
-        if new.resolver.base.blocked and new.resolver.base.blocked != old.resolver.base.blocked:
-            log.error("nothing will be written", extra={"reason": new.resolver.base.blocked})
+        blocked = new.resolver.base.blocked
+        if blocked != self._said_blocked:
+            if blocked is not None:
+                log.error("nothing will be written", extra={"reason": blocked})
+            elif self._said_blocked is not None:
+                log.info("configuration usable again: writes resume")
+            self._said_blocked = blocked
         return new
 
     def settings_for(self, labels: Mapping[str, str]) -> Settings:

@@ -107,6 +107,7 @@ class Controller:
         self._config_lock = threading.RLock()
         self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
         self._blocked_logged: str | None = None
+        self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
 
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
@@ -168,8 +169,18 @@ class Controller:
 
     def _started_leading(self) -> None:
         # A new leader recomputes every node at once: the previous one may have died mid-way.
-        for name in self.cache.node_names():
+        names = self.cache.node_names()
+        self._first_pass = set(names)
+        for name in names:
             self.queue.add(name, immediate=True)
+
+    def _pass_progress(self, node: str) -> None:
+        if self._first_pass is None:
+            return
+        self._first_pass.discard(node)
+        if not self._first_pass:
+            self._first_pass = None
+            log.info("first pass complete", extra={"nodes": len(self.cache.node_names())})
 
     def ready(self) -> tuple[bool, str]:
         if not self.synced.is_set():
@@ -306,6 +317,7 @@ class Controller:
                     self.cache.namespace,
                     lambda: self.config.resolver,
                     self.options.metrics_host,
+                    self.inputs_problem,
                 )
             )
         self.facts = discover(self.api)
@@ -368,6 +380,8 @@ class Controller:
         self.synced.set()
         if self.elector is not None:
             self.elector.start()
+        if self.elector is None:
+            self._first_pass = set(nodes)
         for name in nodes:
             self.queue.add(name)
         self._spawn("status", self._status_loop)
@@ -447,6 +461,8 @@ class Controller:
         self.last_reconcile_ok = not result.failed
         if result.blocked is None:
             self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
+            if not result.failed:
+                self._pass_progress(node)
         self.queue.done(node)
         if result.failed:
             # Exponential backoff with jitter; a Retry-After from the server is a floor.

@@ -31,10 +31,15 @@ def patch_for(pod: Mapping[str, Any], namespace: Namespace | None, resolver: Res
     except RecordError:
         return []  # the API server will report the bad quantity itself
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    if not isinstance(selector, Mapping):
+        return []
     settings = resolver.for_labels(selector)
     ex = settings.exclusions
     if (
-        not namespace_managed(namespace, settings)
+        settings.blocked is not None  # no usable configuration: write nothing, here too
+        or settings.dry_run
+        or settings.paused
+        or not namespace_managed(namespace, settings)
         or (namespace is not None and namespace.name in ex.namespaces)
         or record.mode == keys.MODE_UNMANAGED
         or any(s.matches(record.labels) for s in ex.pod_selectors)

@@ -24,12 +24,23 @@ log = logging.getLogger("headroom.webhook")
 
 
 def review_response(
-    review: dict[str, Any], namespace: Callable[[str], Namespace | None], resolver: Callable[[], Resolver]
+    review: dict[str, Any],
+    namespace: Callable[[str], Namespace | None],
+    resolver: Callable[[], Resolver],
+    blocked: Callable[[], str | None] = lambda: None,
 ) -> dict[str, Any]:
     request = review.get("request") or {}
-    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    if not isinstance(request, dict):
+        request = {}
+    response: dict[str, Any] = {"uid": str(request.get("uid", "")), "allowed": True}
     try:
-        if request.get("operation") == "CREATE" and (request.get("kind") or {}).get("kind") == "Pod":
+        # An incomplete view (a watch failing): admit unchanged; the controller seeds the
+        # limit once its view is whole again.
+        if (
+            request.get("operation") == "CREATE"
+            and (request.get("kind") or {}).get("kind") == "Pod"
+            and blocked() is None
+        ):
             pod = request.get("object") or {}
             ns_name = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
             ops = patch_for(pod, namespace(ns_name), resolver())
@@ -56,6 +67,7 @@ def serve(
     namespace: Callable[[str], Namespace | None],
     resolver: Callable[[], Resolver],
     host: str = "0.0.0.0",
+    blocked: Callable[[], str | None] = lambda: None,
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -66,9 +78,11 @@ def serve(
             try:
                 review = json.loads(self.rfile.read(length))
             except ValueError:
+                review = None
+            if not isinstance(review, dict):
                 self.send_error(400, "not an AdmissionReview")
                 return
-            body = json.dumps(review_response(review, namespace, resolver)).encode()
+            body = json.dumps(review_response(review, namespace, resolver, blocked)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
