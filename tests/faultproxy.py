@@ -12,10 +12,12 @@ server does (an ERROR event whose object is a Status with code 410).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
 import re
+import socket
 import ssl
 import threading
 import time
@@ -90,7 +92,18 @@ class FaultProxy:
     rules: list[Rule] = field(default_factory=list)
     writes: list[tuple[float, str, str, int]] = field(default_factory=list)  # (time, method, path, status)
     injected: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, what)
+    attempts: list[tuple[float, str, str]] = field(default_factory=list)  # every write sent, faulted or not
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _streams: dict[int, tuple[str, Any]] = field(default_factory=dict)  # live watches: id -> (path, socket)
+
+    def cut(self, path: str) -> int:
+        """Close every live watch stream whose path matches; how many were cut."""
+        with self._lock:
+            victims = [(k, sock) for k, (p, sock) in self._streams.items() if re.search(path, p)]
+        for _, sock in victims:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return len(victims)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -119,7 +132,9 @@ class FaultProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # one request per connection: a cut stream is a closed socket
+            # HTTP/1.1 so a watch can be streamed chunked (a client reads a body without length
+            # to its end before yielding anything); one request per connection all the same.
+            protocol_version = "HTTP/1.1"
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -154,6 +169,7 @@ class FaultProxy:
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(body)))
+        h.send_header("Connection", "close")
         if retry_after is not None:
             h.send_header("Retry-After", str(retry_after))
         h.end_headers()
@@ -166,6 +182,9 @@ class FaultProxy:
         is_watch = query.get("watch", ["false"])[0] in ("true", "1")
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else None
+        if method in WRITES:
+            with self._lock:
+                self.attempts.append((time.monotonic(), method, split.path))
         rule = self._rule(method, split.path, is_watch)
         if rule is not None and rule.delay:
             time.sleep(rule.delay)
@@ -179,10 +198,13 @@ class FaultProxy:
                 self.injected.append((method, split.path, "410-event"))
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.send_header("Connection", "close")
             h.end_headers()
             rv = query.get("resourceVersion", ["0"])[0]
             event = {"type": "ERROR", "object": status_body(410, f"too old resource version: {rv} (injected)")}
-            h.wfile.write(json.dumps(event).encode() + b"\n")
+            _chunk(h, json.dumps(event).encode() + b"\n")
+            _chunk(h, b"")
             return
         conn = http.client.HTTPSConnection(self._host, self._port, context=self._ctx, timeout=400)
         headers = {k: v for k, v in h.headers.items() if k.lower() not in ("host", "connection", "accept-encoding")}
@@ -202,25 +224,38 @@ class FaultProxy:
         if not is_watch or resp.status != 200:
             data = resp.read()
             h.send_header("Content-Length", str(len(data)))
+            h.send_header("Connection", "close")
             h.end_headers()
             h.wfile.write(data)
             conn.close()
             return
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Connection", "close")
         h.end_headers()
+        h.wfile.flush()
         lines = 0
+        with self._lock:
+            self._streams[id(h)] = (split.path, h.connection)
         try:
             while True:
-                line = resp.readline()
-                if not line:
+                chunk = resp.read1(65536)  # what has arrived, without waiting for more
+                if not chunk:
                     break
-                h.wfile.write(line)
-                h.wfile.flush()
-                lines += 1
+                _chunk(h, chunk)
+                lines += chunk.count(b"\n")
                 if rule is not None and rule.cut_after is not None and lines >= rule.cut_after:
                     with self._lock:
                         self.injected.append((method, split.path, f"cut after {lines}"))
                     break
-        except OSError:
-            pass
+            _chunk(h, b"")  # the end of the stream, as the server ends a watch
+        except (OSError, http.client.HTTPException):
+            pass  # the stream ended under us: the client sees a closed watch
         finally:
+            with self._lock:
+                self._streams.pop(id(h), None)
             conn.close()
+
+
+def _chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:
+    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    h.wfile.flush()

@@ -38,9 +38,12 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
             snap = read_cluster(api)
         except ApiError as exc:
             raise UsageError(f"cannot read the cluster: {exc}") from None
-    resolver = snap.resolver()
-    for problem in resolver.errors.values():
-        print(f"warning: {problem} (profile ignored)", file=sys.stderr)
+    resolution = snap.resolution()
+    resolver = resolution.resolver
+    for problem in resolution.problems.values():
+        print(f"warning: {problem}", file=sys.stderr)
+    if resolver.base.blocked is not None:
+        print(f"warning: nothing would be written: {resolver.base.blocked}", file=sys.stderr)
     return plan_cluster(
         snap.nodes,
         snap.pods,

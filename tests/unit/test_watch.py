@@ -118,7 +118,9 @@ def test_a_failing_watch_reports_a_problem_until_it_has_relisted():
             yield from super().list_pages(path, params, limit)
 
     api = Api([([], "10"), ([], "20")], [ApiError(503, "ServiceUnavailable", "etcd")], stop)
-    r = Reflector(api, "/api/v1/pods", lambda items: None, lambda k, o: None, stop, max_backoff=0.01, on_error=errors.append)
+    r = Reflector(
+        api, "/api/v1/pods", lambda items: None, lambda k, o: None, stop, max_backoff=0.01, on_error=errors.append
+    )
     r.run()
     assert problems[0] == "the first list of /api/v1/pods has not completed"
     assert problems[1] == "the watch of /api/v1/pods failed (503 ServiceUnavailable) and has not relisted since"

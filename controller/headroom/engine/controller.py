@@ -102,7 +102,6 @@ class Controller:
             self.cache.node_labels,
             inputs=self.inputs_problem,
         )
-        self.last_reconcile_ok = True
         # Handlers of different reflector threads share the configuration: one at a time.
         self._config_lock = threading.RLock()
         self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
@@ -185,8 +184,9 @@ class Controller:
     def ready(self) -> tuple[bool, str]:
         if not self.synced.is_set():
             return False, "caches not synced"
-        if self.leading() and not self.last_reconcile_ok:
-            return False, "the last reconcile failed"
+        # A failed or throttled write is the API server's state, not this replica's: it shows in
+        # status, metrics and logs. Flipping readiness on it would also pull the webhook out of
+        # its Service while the server is having trouble.
         return True, "ok"
 
     def _pod_level_for(self, node: Node) -> bool:
@@ -452,13 +452,11 @@ class Controller:
         except Exception:
             log.exception("reconcile crashed; node will be retried", extra={"node": node})
             self._error("reconcile")
-            self.last_reconcile_ok = False
             self.queue.done(node)
             self.queue.add(node, after=self.retry.next(node), hold=True)
             return
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-        self.last_reconcile_ok = not result.failed
         if result.blocked is None:
             self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
             if not result.failed:

@@ -244,6 +244,7 @@ class Reconciler:
             return False
         if outcome.backs_off:
             self.backoff.add(pod.key)
+            result.retry_at(plan.settings.backoff_seconds + 0.05)  # back by itself when it expires
             log.warning(
                 "resize refused; backing off",
                 extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
@@ -257,6 +258,7 @@ class Reconciler:
             )
             return False
         if outcome.result == CONFLICT:  # decided on a stale pod: recompute once the watch caught up
+            log.info("resize conflict; node will be recomputed", extra={"pod": pod.key, "error": outcome.message})
             result.retry_at(CONFLICT_DELAY, hold=True)
             return True
         log.warning(

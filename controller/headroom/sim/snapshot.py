@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from ..api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from
+from ..api.models import HeadroomConfig, NodePoolProfile
+from ..api.resolve import Resolution, resolve
 from ..api.validate import objects
 from ..core import keys
 from ..core.params import Resolver
@@ -31,9 +32,14 @@ class Snapshot:
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     config: HeadroomConfig | None = None
     profiles: list[NodePoolProfile] = field(default_factory=list)
+    raw: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # kind -> the objects as read
+
+    def resolution(self) -> Resolution:
+        """The configuration the controller would run on: the same rules (api/resolve.py)."""
+        return resolve(self.raw.get(keys.CONFIG_KIND, ()), self.raw.get(keys.PROFILE_KIND, ()))
 
     def resolver(self) -> Resolver:
-        return Resolver.build(settings_from(self.config), (profile_from(p) for p in self.profiles))
+        return self.resolution().resolver
 
 
 def _parse(path: Path) -> list[Any]:
@@ -96,8 +102,10 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
                         f"{path}: HeadroomConfig: more than one in the snapshot; keep the one named 'cluster'"
                     )
                 snap.config = HeadroomConfig.model_validate(obj)
+                snap.raw.setdefault(kind, []).append(obj)
             elif kind == keys.PROFILE_KIND:
                 snap.profiles.append(NodePoolProfile.model_validate(obj))
+                snap.raw.setdefault(kind, []).append(obj)
         except RecordError as exc:
             raise SnapshotError(f"{path}: {exc}") from None
         except ValidationError as exc:

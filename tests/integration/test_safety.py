@@ -1,0 +1,253 @@
+"""The safety contract (docs/safety.md) on the real API server, with faults injected by a
+loopback proxy between `headroom run` and the server (tests/faultproxy.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import CONTROLLER_TOKEN
+
+from cluster_helpers import GROUP, cpu_limits, create_pod, events, profile, wait_annotation, wait_limits
+from factories import container
+from faultproxy import FaultProxy, Rule
+from headroom.cluster.api import Api, ApiError
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import plan_cluster
+from headroom.core.records import pod_from_dict, qos_class
+from headroom.sim.kubelet import SimulatedKubelet
+
+RESIZE = r"/pods/[^/]+/resize$"
+POD = r"/namespaces/[^/]+/pods/[^/]+$"
+
+
+@pytest.fixture
+def proxy(control_plane) -> Iterator[tuple[FaultProxy, Any]]:
+    p = FaultProxy(control_plane.url, control_plane.ca_file, seed=20261129)
+    url = p.start()
+    kubeconfig = p.kubeconfig(url, CONTROLLER_TOKEN, control_plane.workdir / f"kubeconfig-proxy-{uuid.uuid4().hex[:6]}")
+    yield p, kubeconfig
+    p.stop()
+
+
+def invariants(api: Api, namespaces: list[str], untouched: dict[str, str]) -> list[str]:
+    """Every violation of the contract visible on the server."""
+    bad = []
+    for ns in namespaces:
+        for raw in api.get(f"/api/v1/namespaces/{ns}/pods")["items"]:
+            key = f"{ns}/{raw['metadata']['name']}"
+            rec = pod_from_dict(raw)
+            for c in rec.containers:
+                if c.cpu_limit is not None and c.cpu_limit < c.cpu_request:
+                    bad.append(f"{key}/{c.name}: limit {c.cpu_limit}m below request {c.cpu_request}m")
+            now = qos_class([(c.cpu_request or None, c.cpu_limit, c.mem_request, c.mem_limit) for c in rec.containers])
+            if raw["status"].get("qosClass") and now != raw["status"]["qosClass"]:
+                bad.append(f"{key}: QoS {raw['status']['qosClass']} became {now}")
+            if key in untouched and cpu_limits(api, ns, raw["metadata"]["name"]) != [untouched[key]]:
+                bad.append(f"{key}: an unmanaged pod was written")
+    return bad
+
+
+def converged(api: Api) -> list[str]:
+    """Managed pods that are not at their target according to the planner on the live cluster."""
+    snap = read_cluster(api)
+    plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=False)
+    return [pp.pod.key for pp in plan.all_pods() if pp.target is not None and pp.target.apply]
+
+
+def wait_converged(api: Api, timeout: float) -> float:
+    start = time.monotonic()
+    while True:
+        left = converged(api)
+        if not left:
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout, f"not converged after {timeout}s: {left}"
+        time.sleep(0.5)
+
+
+def test_a_hostile_annotation_leaves_that_pod_alone_and_the_node_working(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config()
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        hostile = {"kube-headroom.dev/max-cpu": "1e999999"}
+        create_pod(api, namespace, node, "hostile", containers=[container(cpu="500m")], annotations=hostile)
+        create_pod(api, namespace, node, "fine", containers=[container(cpu="500m")])
+        c = start_controller()
+        wait_limits(api, namespace, "fine", ["5"], timeout=15)
+        skipped = []
+        deadline = time.monotonic() + 10
+        while not skipped and time.monotonic() < deadline:
+            skipped = [
+                e for e in events(api, namespace, "CPULimitAdjustSkipped") if e["regarding"]["name"] == "hostile"
+            ]
+            time.sleep(0.2)
+        assert skipped and "max-cpu is unusable" in skipped[0]["note"] and "exponent" in skipped[0]["note"]
+        assert cpu_limits(api, namespace, "hostile") == [None]
+        assert not [r for r in c.logs() if r.get("msg") == "reconcile crashed; node will be retried"]
+
+
+def test_faults_on_every_path_converge_to_the_fault_free_limits(
+    api, namespace, make_node, headroom_config, start_controller, proxy
+):
+    fp, kubeconfig = proxy
+    headroom_config(maxMultiplier=4, backoffPeriod="3s")
+    nodes = [make_node(cpu="8"), make_node(cpu="8")]
+    plain = f"plain-{uuid.uuid4().hex[:6]}"
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plain}})
+    rules = [
+        Rule("PATCH", RESIZE, status=409, times=3),
+        Rule("PATCH", RESIZE, status=429, retry_after=2, times=2),
+        Rule("PATCH", RESIZE, status=500, times=2),
+        Rule("PATCH", RESIZE, status=422, times=1),
+        Rule("PATCH", POD, status=503, times=3),  # the status annotation
+        Rule("POST", r"/events$", status=500, times=2),
+        Rule("GET", r"^/api/v1/pods$", watch=True, cut_after=3, times=2),
+        Rule("GET", r"^/api/v1/nodes$", watch=True, gone=True, times=1),
+        Rule("*", r".", delay=0.3, probability=0.05, times=40),  # latency spikes
+    ]
+    kubelets = [SimulatedKubelet(api, n) for n in nodes]
+    try:
+        for k in kubelets:
+            k.start()
+        for i in range(12):
+            create_pod(api, namespace, nodes[i % 2], f"w{i}", containers=[container(cpu=f"{250 * (1 + i % 3)}m")])
+        create_pod(api, plain, nodes[0], "other", containers=[container(cpu="250m")])
+        for r in rules:
+            fp.add(r)
+        c = start_controller(kubeconfig=kubeconfig)
+        ready_seen = []
+        start = time.monotonic()
+        while converged(api):
+            ready_seen.append(c.http("/readyz")[0])
+            assert time.monotonic() - start < 90, f"not converged: {converged(api)}"
+            time.sleep(0.5)
+        took = time.monotonic() - start
+        assert invariants(api, [namespace, plain], {f"{plain}/other": None}) == []
+        # Every fault fired, and each was handled as the contract says.
+        fired = {(r.status, r.cut_after, r.gone): r.fired for r in rules[:-1]}
+        assert all(n > 0 for n in fired.values()), fired
+        metrics = c.http("/metrics", c.metrics_port)[1]
+        counted = {
+            line.split('result="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith('headroom_resizes_total{dry_run="false"')
+        }
+        # Each injected fault is counted under its own result (real conflicts may add to them).
+        assert counted.get("throttled") == 2 and counted.get("invalid") == 1, counted
+        assert counted.get("conflict", 0) >= 3 and counted.get("error", 0) >= 2, counted
+        assert all(code == 200 for code in ready_seen[1:]), "a throttled or failed write flipped readiness"
+        resizes = [w for w in fp.writes if w[1] == "PATCH" and w[2].endswith("/resize")]
+        extra = len(fp.writes) - 12 * 3  # one resize, one annotation and one event per pod without faults
+        print(
+            f"\nfault run: {len(fp.injected)} faults injected, converged in {took:.1f}s, "
+            f"{len(fp.writes)} writes reached the server ({len(resizes)} resizes), {extra} beyond a fault-free run, "
+            "0 invariant violations"
+        )
+        assert len(resizes) <= 12 + 3 + 2, "a conflict or a throttle made the controller spin"
+    finally:
+        for k in kubelets:
+            k.stop()
+        with contextlib.suppress(ApiError):
+            api.delete(f"/api/v1/namespaces/{plain}")
+
+
+def test_retry_after_is_honoured_and_the_backoff_expiry_brings_the_pod_back(
+    api, namespace, make_node, headroom_config, start_controller, proxy
+):
+    fp, kubeconfig = proxy
+    headroom_config(backoffPeriod="3s")
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+        create_pod(api, namespace, node, "q", containers=[container(cpu="500m")])
+        fp.add(Rule("PATCH", r"/pods/p/resize$", status=429, retry_after=2, times=1))
+        fp.add(Rule("PATCH", r"/pods/q/resize$", status=422, times=1))
+        start_controller(kubeconfig=kubeconfig)
+        wait_limits(api, namespace, "p", ["4"], timeout=20)
+        wait_limits(api, namespace, "q", ["4"], timeout=20)  # nothing else changes: only the expiry
+    tries = {p: [t for t, m, path in fp.attempts if path.endswith(f"/pods/{p}/resize")] for p in "pq"}
+    # One refused try, then one that went through: no spin, and not before it was allowed.
+    # (p is resized again when q comes back: while q backs off, p's share is larger.)
+    assert len(tries["q"]) == 2, tries
+    assert tries["p"][1] - tries["p"][0] >= 2.0, "retried before the server's Retry-After"
+    assert tries["q"][1] - tries["q"][0] >= 3.0, "retried before the backoff expired"
+
+
+def test_no_pod_write_while_the_profiles_watch_fails(
+    api, namespace, make_node, headroom_config, start_controller, proxy
+):
+    fp, kubeconfig = proxy
+    headroom_config()
+    pool = f"pool-{uuid.uuid4().hex[:6]}"
+    node = make_node(cpu="8", labels={"pool": pool})
+    profiles = f"{GROUP}/nodepoolprofiles"
+    try:
+        profile(api, pool, {"pool": pool})
+        with SimulatedKubelet(api, node):
+            create_pod(api, namespace, node, "a", containers=[container(cpu="500m")])
+            c = start_controller(kubeconfig=kubeconfig)
+            wait_limits(api, namespace, "a", ["5"], timeout=15)
+            outage = 25.0
+            fp.add(Rule("GET", r"/nodepoolprofiles$", status=503, until=time.monotonic() + outage))
+            assert fp.cut(r"/nodepoolprofiles$") == 1
+            c.wait_for_log("view incomplete: no pod is written", timeout=10)
+            began = time.monotonic()
+            profile(api, pool, {"pool": pool}, dryRun=True)
+            create_pod(api, namespace, node, "b", containers=[container(cpu="500m")])
+            time.sleep(max(0.0, outage - (time.monotonic() - began) - 1))
+            during = [w for w in fp.writes if w[0] >= began and "/pods/" in w[2]]
+            assert during == [], f"pod writes from a partial view: {during}"
+            assert "headroom_writes_blocked 1.0" in c.http("/metrics", c.metrics_port)[1]
+            c.wait_for_log("view complete again: writes resume", timeout=40)
+            annotation = wait_annotation(api, namespace, "b", timeout=15)
+            assert '"dryRun":true' in annotation and cpu_limits(api, namespace, "b") == [None]
+            resizes = [w for w in fp.writes if w[0] >= began and w[2].endswith("/resize")]
+            assert resizes == [], f"a dry-run pool was resized: {resizes}"
+    finally:
+        with contextlib.suppress(ApiError):
+            api.delete(f"{profiles}/{pool}")
+
+
+def test_every_write_stays_within_the_global_and_per_node_budgets(
+    api, namespace, make_node, headroom_config, start_controller, proxy
+):
+    fp, kubeconfig = proxy
+    qps, per_node = 100, 10
+    headroom_config(rateLimits={"clientQPS": qps, "perNodePatchesPerSecond": per_node})
+    nodes = [make_node(cpu="64") for _ in range(20)]
+    pods = 35
+    for n in nodes:
+        for i in range(pods):
+            create_pod(api, namespace, n, f"{n}-{i}", containers=[container(cpu="100m")])
+    start_controller(kubeconfig=kubeconfig)
+    wait_converged(api, timeout=120)
+    writes = sorted(fp.writes)
+    assert len(writes) >= 2000, len(writes)
+
+    def worst(times: list[float]) -> int:
+        best, j = 0, 0
+        for i, t in enumerate(times):
+            while times[j] <= t - 1.0:
+                j += 1
+            best = max(best, i - j + 1)
+        return best
+
+    overall = worst([w[0] for w in writes])
+    by_node: dict[str, list[float]] = {}
+    for t, _, path, _ in writes:
+        if "/pods/" in path:
+            name = path.rsplit("/pods/", 1)[1].split("/")[0]
+            by_node.setdefault(name.rsplit("-", 1)[0], []).append(t)
+    node_worst = max(worst(ts) for ts in by_node.values())
+    print(
+        f"\nrate run: {len(writes)} writes, at most {overall} in any 1 s window (clientQPS {qps}), "
+        f"at most {node_worst} per node (perNodePatchesPerSecond {per_node})"
+    )
+    # One write of slack: the limiter spaces writes at the controller; the network may bunch two.
+    assert overall <= qps + 1 and node_worst <= per_node + 1
