@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__, output
 from .api import crds
-from .api.validate import UnreadableFile, validate_file
+from .api.validate import UnreadableFile, merge_problems, validate_file
+from .core import keys
 from .core.capabilities import parse_version, pod_level_resize
 from .core.planner import ClusterPlan, plan_cluster
 from .sim.snapshot import SnapshotError, load_snapshot
@@ -73,9 +75,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     status, total = 0, 0
+    valid: list[tuple[str, Any]] = []
     for name in args.files:
         try:
-            checked, problems = validate_file(Path(name))
+            checked, problems = validate_file(Path(name), valid)
         except UnreadableFile as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 2
@@ -85,6 +88,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(p)
         if problems and status == 0:
             status = 1
+    live = None
+    if args.live:
+        from .cluster.api import Api, ApiError, connect
+
+        try:
+            api = Api(connect(args.kubeconfig, args.context))
+            live = api.get(f"/apis/{keys.API_VERSION}/headroomconfigs").get("items") or []
+        except ApiError as exc:
+            raise UsageError(f"--live: cannot read the cluster's HeadroomConfig: {exc}") from None
+    merged = merge_problems(valid, live)
+    for p in merged:
+        print(p)
+    if merged and status == 0:
+        status = 1
     if status == 0:
         print(f"ok: {total} HeadroomConfig/NodePoolProfile object(s) valid in {len(args.files)} file(s)")
     return status
@@ -253,8 +270,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=30.0, help="longest time to let the controller run")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("validate", help="check HeadroomConfig/NodePoolProfile YAML offline (for GitOps CI)")
+    p = sub.add_parser(
+        "validate",
+        help="check HeadroomConfig/NodePoolProfile YAML offline (for GitOps CI), each object and "
+        "the profiles merged with the HeadroomConfig",
+    )
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="check the profiles against the cluster's HeadroomConfig when the files hold none",
+    )
+    p.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help="with --live: kubeconfig context")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("crds", help="print, write or check the generated CRDs")

@@ -191,3 +191,22 @@ def test_kubectl_plugin_name_is_installed():
 
     bin_dir = Path(sys.executable).parent  # the environment the package is installed in
     assert shutil.which("kubectl-headroom", path=str(bin_dir)) and shutil.which("headroom", path=str(bin_dir))
+
+
+def test_validate_checks_profiles_merged_with_the_config_in_the_same_run(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n"
+        "spec:\n  deadband: {grow: 0.4, shrink: 0.1}\n"
+    )
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: NodePoolProfile\nmetadata: {name: batch}\n"
+        "spec:\n  nodeSelector: {matchLabels: {pool: batch}}\n  deadband:\n    shrink: 0.30\n"
+    )
+    # Against the defaults (grow 0.10) the shrink of 0.30 is inverted once merged ...
+    r = headroom("validate", str(prof))
+    assert r.returncode == 1
+    assert f"{prof}:6:3: NodePoolProfile/batch: spec.deadband: merged with HeadroomConfig" in r.stdout
+    # ... and against the config given with it (grow 0.4) it is fine.
+    assert headroom("validate", str(cfg), str(prof)).returncode == 0

@@ -86,11 +86,26 @@ class DeadbandOverride(Model):
         return self
 
 
+def _rate_cel(low: float, high: float) -> dict[str, Any]:
+    # The schema's `minimum: 0.1` alone lets an integer 0 through: the API server compares
+    # an integer value against the minimum truncated to an integer (seen on v1.37.2, see
+    # docs/platform-notes.md). The CEL rule compares as numbers.
+    return {
+        "x-kubernetes-validations": [
+            {"rule": f"self >= {low} && self <= {high}", "message": f"must be between {low} and {high}"}
+        ]
+    }
+
+
 class RateLimits(Model):
     """Bounds on how fast the controller writes."""
 
     per_node_patches_per_second: float = Field(
-        default=10, ge=0.1, le=1000, description="Writes per second to the pods of one node (0.1 to 1000)."
+        default=10,
+        ge=0.1,
+        le=1000,
+        description="Writes per second to the pods of one node (0.1 to 1000).",
+        json_schema_extra=_rate_cel(0.1, 1000),
     )
     client_qps: float = Field(
         default=50,
@@ -98,6 +113,7 @@ class RateLimits(Model):
         le=10000,
         alias="clientQPS",
         description="Every write the controller makes (resizes, annotations, events, status), per second (0.1 to 10000).",
+        json_schema_extra=_rate_cel(0.1, 10000),
     )
 
 

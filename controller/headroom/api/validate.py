@@ -20,6 +20,7 @@ from ruamel.yaml.error import YAMLError
 
 from ..core import keys
 from .models import HeadroomConfig, NodePoolProfile
+from .resolve import resolve
 
 KINDS: dict[str, type[BaseModel]] = {keys.CONFIG_KIND: HeadroomConfig, keys.PROFILE_KIND: NodePoolProfile}
 
@@ -166,12 +167,37 @@ def validate_object(obj: Any, file: str) -> list[Problem]:
     return []
 
 
-def validate_file(path: Path) -> tuple[int, list[Problem]]:
-    """(number of HeadroomConfig/NodePoolProfile objects checked, problems)."""
+def validate_file(path: Path, valid: list[tuple[str, Any]] | None = None) -> tuple[int, list[Problem]]:
+    """(number of HeadroomConfig/NodePoolProfile objects checked, problems); each object
+    that is valid on its own is appended to `valid` as (file, object)."""
     docs = load_documents(path)
     checked, problems = 0, []
     for obj in objects(docs):
         if isinstance(obj, dict) and obj.get("kind") in KINDS:
             checked += 1
-        problems.extend(validate_object(obj, str(path)))
+        found = validate_object(obj, str(path))
+        problems.extend(found)
+        if not found and valid is not None and isinstance(obj, dict) and obj.get("kind") in KINDS:
+            valid.append((str(path), obj))
     return checked, problems
+
+
+def merge_problems(valid: list[tuple[str, Any]], live_configs: list[Any] | None = None) -> list[Problem]:
+    """Profiles valid alone but not once merged with the HeadroomConfig: the one among the
+    files, else the live one (`--live`), else the defaults. The controller's own rule
+    (api/resolve.py) decides; such a profile would be frozen on the cluster."""
+    configs = [o for _, o in valid if o.get("kind") == keys.CONFIG_KIND]
+    if not configs:
+        configs = live_configs or [
+            {"apiVersion": keys.API_VERSION, "kind": keys.CONFIG_KIND, "metadata": {"name": keys.SINGLETON_NAME}}
+        ]
+    profiles = [(f, o) for f, o in valid if o.get("kind") == keys.PROFILE_KIND]
+    res = resolve(configs, [o for _, o in profiles])
+    out = []
+    for file, obj in profiles:
+        name = str((obj.get("metadata") or {}).get("name"))
+        exc = res.merge_problems.get(name)
+        if exc is not None:
+            line, col = _position(obj, tuple(exc.path.split(".")))
+            out.append(Problem(file, line, col, f"{keys.PROFILE_KIND}/{name}", exc.path, exc.detail))
+    return out

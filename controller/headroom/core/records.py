@@ -8,7 +8,7 @@ only what eligibility and policy read is kept. Builders take the dict `json.load
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,10 +128,33 @@ class Namespace:
 
 
 def _where(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    kind = obj.get("kind") or "object"
-    ns = meta.get("namespace")
-    return f"{kind}/{ns + '/' if ns else ''}{meta.get('name', '?')}"
+    try:
+        meta = obj.get("metadata") or {}
+        kind = obj.get("kind") or "object"
+        ns = meta.get("namespace")
+        return f"{kind}/{str(ns) + '/' if ns else ''}{meta.get('name', '?')}"
+    except (AttributeError, TypeError):
+        return "object"
+
+
+# What malformed input raises inside a builder; turned into RecordError at its boundary.
+# Checking every field's type instead would cost the watch path on every event; a try
+# costs nothing until something is wrong.
+_MALFORMED = (TypeError, AttributeError, ValueError, KeyError, IndexError, ArithmeticError, RecursionError)
+
+
+def _guarded(build: Any) -> Any:
+    def guarded(obj: Mapping[str, Any]) -> Any:
+        try:
+            return build(obj)
+        except RecordError:
+            raise
+        except _MALFORMED as exc:
+            raise RecordError(f"{_where(obj)}: cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    guarded.__name__ = build.__name__.lstrip("_")
+    guarded.__doc__ = build.__doc__
+    return guarded
 
 
 # A cluster spells its quantities a few hundred ways ("500m", "256Mi"); each is parsed
@@ -266,7 +289,7 @@ def _generation(*candidates: object) -> int:
     return 1
 
 
-def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
+def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     try:
         meta = obj["metadata"]
         spec = obj["spec"]
@@ -369,7 +392,7 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     )
 
 
-def node_from_dict(obj: Mapping[str, Any]) -> Node:
+def _node_from_dict(obj: Mapping[str, Any]) -> Node:
     try:
         meta = obj["metadata"]
         name = meta["name"]
@@ -392,8 +415,13 @@ def node_from_dict(obj: Mapping[str, Any]) -> Node:
     )
 
 
-def namespace_from_dict(obj: Mapping[str, Any]) -> Namespace:
+def _namespace_from_dict(obj: Mapping[str, Any]) -> Namespace:
     meta = obj.get("metadata") or {}
     if "name" not in meta:
         raise RecordError(f"{_where(obj)}: metadata.name is required")
     return Namespace(str(meta["name"]), meta.get("labels") or {})
+
+
+pod_from_dict: Callable[[Mapping[str, Any]], Pod] = _guarded(_pod_from_dict)
+node_from_dict: Callable[[Mapping[str, Any]], Node] = _guarded(_node_from_dict)
+namespace_from_dict: Callable[[Mapping[str, Any]], Namespace] = _guarded(_namespace_from_dict)

@@ -1,0 +1,138 @@
+"""Generated garbage and boundary values through every parser and loader: nothing raises
+past its boundary (pure logic, hypothesis). A record builder may refuse an object with
+RecordError, a quantity parser with QuantityError; nothing else may escape."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from factories import container, node, pod
+from headroom.api.resolve import resolve
+from headroom.core.planner import plan_node
+from headroom.core.quantity import QuantityError, cpu_milli, whole_units
+from headroom.core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+from headroom.webhook.server import review_response
+
+BOUNDARY = st.sampled_from(
+    ["", " ", "0", "-1", "1e999999", "1e-999999", "9" * 80, "1e1.5", "²", "NaN", "inf", "1Ei", "9Ei", "0.0000000001n"]
+)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=30),
+    BOUNDARY,
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+
+# Where garbage is put into an otherwise valid pod.
+POD_PATHS = [
+    ("metadata", "annotations", "kube-headroom.dev/max-cpu"),
+    ("metadata", "annotations", "kube-headroom.dev/status"),
+    ("metadata", "labels", "kube-headroom.dev/mode"),
+    ("metadata", "ownerReferences"),
+    ("metadata", "generation"),
+    ("spec", "containers", 0, "resources", "requests", "cpu"),
+    ("spec", "containers", 0, "resources", "limits", "cpu"),
+    ("spec", "containers", 0, "resources", "limits", "memory"),
+    ("spec", "containers", 0, "resizePolicy"),
+    ("spec", "resources"),
+    ("spec", "overhead"),
+    ("spec", "nodeSelector"),
+    ("status", "conditions"),
+    ("status", "containerStatuses"),
+    ("status", "qosClass"),
+]
+
+
+def _put(obj: Any, path: tuple[Any, ...], value: Any) -> None:
+    for part in path[:-1]:
+        if isinstance(obj, dict):
+            obj = obj.setdefault(part, {} if not isinstance(path[path.index(part) + 1], int) else [{}])
+        elif isinstance(obj, list) and isinstance(part, int) and part < len(obj):
+            obj = obj[part]
+        else:
+            return
+    if isinstance(obj, dict):
+        obj[path[-1]] = value
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(POD_PATHS), JSON), min_size=1, max_size=4))
+def test_garbage_in_a_pod_is_refused_or_planned_never_raised(edits):
+    raw = pod("p", namespace="ns", containers=[container(cpu="500m")])
+    for path, value in edits:
+        _put(raw, path, value)
+    try:
+        rec = pod_from_dict(raw)
+    except RecordError:
+        return
+    ns = namespace_from_dict({"metadata": {"name": "ns", "labels": {"kube-headroom.dev/mode": "managed"}}})
+    good = pod_from_dict(pod("q", namespace="ns", containers=[container(cpu="250m")]))
+    res = resolve(
+        [{"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], []
+    )
+    plan = plan_node(node_from_dict(node("n1")), [rec, good], {"ns": ns}, res.resolver.base, pod_level_resize=True)
+    # The unrelated pod on the node is still planned, whatever its neighbour holds.
+    assert next(pp for pp in plan.pods if pp.pod.name == "q").target is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_garbage_objects_are_refused_with_record_error(value):
+    for build in (pod_from_dict, node_from_dict, namespace_from_dict):
+        try:
+            build(value if isinstance(value, dict) else {"metadata": value, "spec": value, "status": value})
+        except RecordError:
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(JSON, BOUNDARY))
+def test_quantities_parse_or_say_why(value):
+    for parse in (cpu_milli, whole_units):
+        try:
+            assert isinstance(parse(value), int)
+        except QuantityError:
+            pass
+
+
+V = "kube-headroom.dev/v1alpha1"
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, JSON, st.dictionaries(st.sampled_from(["HeadroomConfig/cluster", "NodePoolProfile/p"]), JSON, max_size=2))
+def test_garbage_configuration_resolves_to_something_never_raises(spec, profile_spec, remembered):
+    configs = [
+        {
+            "apiVersion": V,
+            "kind": "HeadroomConfig",
+            "metadata": {"name": "cluster"},
+            "spec": spec,
+            "status": {"lastAppliedSpec": profile_spec},
+        }
+    ]
+    profiles = [{"apiVersion": V, "kind": "NodePoolProfile", "metadata": {"name": "p"}, "spec": profile_spec}]
+    res = resolve(configs, profiles, remembered)  # type: ignore[arg-type]
+    s = res.resolver.for_labels({"pool": "p"})
+    # Either usable settings or a reason why nothing is written; never a half-read config.
+    assert s.blocked is None or isinstance(s.blocked, str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_the_webhook_admits_whatever_it_is_sent(review):
+    res = resolve([{"apiVersion": V, "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], [])
+    body = review if isinstance(review, dict) else {"request": review}
+    for obj in (body, {"request": {"operation": "CREATE", "kind": {"kind": "Pod"}, "object": review, "uid": "u"}}):
+        out = review_response(copy.deepcopy(obj), lambda name: None, lambda: res.resolver)
+        assert out["response"]["allowed"] is True
