@@ -6,8 +6,9 @@ line by line), and records every write it saw with its time, so tests can count 
 from outside the controller.
 
 Faults: an HTTP status with a real `metav1.Status` body (and `Retry-After`), added latency,
-a watch stream cut after N events, and a watch that answers `410 Gone` the way the API
-server does (an ERROR event whose object is a Status with code 410).
+a connection closed with no answer, a watch stream cut after N events, and a watch that
+answers `410 Gone` the way the API server does (an ERROR event whose object is a Status
+with code 410).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Rule:
     delay: float = 0.0  # seconds added before forwarding
     cut_after: int | None = None  # watch: close the stream after this many event lines
     gone: bool = False  # watch: answer with the API server's 410 ERROR event
+    drop: bool = False  # close the connection without an answer (a timeout, a reset)
     watch: bool | None = None  # only watch requests (True), only non-watch (False), or both
     times: int | None = None  # at most this many firings; None: unlimited
     probability: float = 1.0
@@ -188,6 +190,13 @@ class FaultProxy:
         rule = self._rule(method, split.path, is_watch)
         if rule is not None and rule.delay:
             time.sleep(rule.delay)
+        if rule is not None and rule.drop:
+            with self._lock:
+                self.injected.append((method, split.path, "dropped"))
+            with contextlib.suppress(OSError):
+                h.connection.shutdown(socket.SHUT_RDWR)
+            h.close_connection = True
+            return
         if rule is not None and rule.status is not None:
             with self._lock:
                 self.injected.append((method, split.path, str(rule.status)))

@@ -15,11 +15,11 @@ from conftest import CONTROLLER_TOKEN
 from cluster_helpers import GROUP, cpu_limits, create_pod, events, profile, wait_annotation, wait_limits
 from factories import container
 from faultproxy import FaultProxy, Rule
-from headroom.cluster.api import Api, ApiError
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
 from headroom.core.records import pod_from_dict, qos_class
-from headroom.sim.kubelet import SimulatedKubelet
+from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
 
 RESIZE = r"/pods/[^/]+/resize$"
 POD = r"/namespaces/[^/]+/pods/[^/]+$"
@@ -105,6 +105,7 @@ def test_faults_on_every_path_converge_to_the_fault_free_limits(
         Rule("PATCH", RESIZE, status=429, retry_after=2, times=2),
         Rule("PATCH", RESIZE, status=500, times=2),
         Rule("PATCH", RESIZE, status=422, times=1),
+        Rule("PATCH", RESIZE, drop=True, times=2),  # no answer at all
         Rule("PATCH", POD, status=503, times=3),  # the status annotation
         Rule("POST", r"/events$", status=500, times=2),
         Rule("GET", r"^/api/v1/pods$", watch=True, cut_after=3, times=2),
@@ -130,7 +131,7 @@ def test_faults_on_every_path_converge_to_the_fault_free_limits(
         took = time.monotonic() - start
         assert invariants(api, [namespace, plain], {f"{plain}/other": None}) == []
         # Every fault fired, and each was handled as the contract says.
-        fired = {(r.status, r.cut_after, r.gone): r.fired for r in rules[:-1]}
+        fired = {(r.status, r.cut_after, r.gone, r.drop): r.fired for r in rules[:-1]}
         assert all(n > 0 for n in fired.values()), fired
         metrics = c.http("/metrics", c.metrics_port)[1]
         counted = {
@@ -149,7 +150,7 @@ def test_faults_on_every_path_converge_to_the_fault_free_limits(
             f"{len(fp.writes)} writes reached the server ({len(resizes)} resizes), {extra} beyond a fault-free run, "
             "0 invariant violations"
         )
-        assert len(resizes) <= 12 + 3 + 2, "a conflict or a throttle made the controller spin"
+        assert len(resizes) <= 12 + 3 + 2 + 2, "a conflict or a throttle made the controller spin"
     finally:
         for k in kubelets:
             k.stop()
@@ -251,3 +252,53 @@ def test_every_write_stays_within_the_global_and_per_node_budgets(
     )
     # One write of slack: the limiter spaces writes at the controller; the network may bunch two.
     assert overall <= qps + 1 and node_worst <= per_node + 1
+
+
+def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_back_at_expiry(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    headroom_config(backoffPeriod="4s")
+    node = make_node(cpu="8")
+
+    def refused(pod: str) -> int:
+        return len(
+            [
+                e
+                for e in events(api, namespace, "CPULimitAdjustSkipped")
+                if e["regarding"]["name"] == pod and "refused the resize" in e["note"]
+            ]
+        )
+
+    def managed(c) -> float:
+        for line in c.http("/metrics", c.metrics_port)[1].splitlines():
+            if line.startswith('headroom_pods_managed{pool=""}'):
+                return float(line.rsplit(" ", 1)[1])
+        return -1.0
+
+    kubelet = SimulatedKubelet(api, node, outcome=INFEASIBLE)
+    with kubelet:
+        for name in ("p", "q"):
+            create_pod(api, namespace, node, name, containers=[container(cpu="500m")])
+        c = start_controller()
+        wait_limits(api, namespace, "p", ["4"], timeout=15)  # the spec is written; the kubelet refuses it
+        deadline = time.monotonic() + 10
+        while refused("p") < 1 or refused("q") < 1:
+            assert time.monotonic() < deadline, "no backoff event"
+            time.sleep(0.2)
+        backed_off_at = time.monotonic()
+        assert managed(c) == 0  # both BackingOff
+        # A status or label update of the same generation is not a new refusal.
+        api.patch(pod_path(namespace, "p"), {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH)
+        time.sleep(2)
+        assert refused("p") == 1
+        # At expiry the node comes back by itself: nothing else happens on it meanwhile.
+        while managed(c) != 2:
+            assert time.monotonic() - backed_off_at < 4 + 4, "the backoff's expiry did not bring the pods back"
+            time.sleep(0.2)
+        assert refused("p") == 1 and refused("q") == 1
+        # A new resize (a third pod shrinks their share) is a new generation: refused, backed off again.
+        create_pod(api, namespace, node, "r", containers=[container(cpu="500m")])
+        deadline = time.monotonic() + 15
+        while refused("p") < 2:
+            assert time.monotonic() < deadline, "a refusal of a new generation was not backed off"
+            time.sleep(0.2)

@@ -93,7 +93,8 @@ class SimulatedKubelet:
             self._in_progress.pop(key, None)
             return
         if self.outcome is not None:
-            if not any(c["type"] == "PodResizePending" for c in status.get("conditions") or []):
+            pending = next((c for c in status.get("conditions") or [] if c["type"] == "PodResizePending"), None)
+            if pending is None or pending.get("observedGeneration", 0) != meta.get("generation", 1):
                 message = "Node didn't have enough capacity" if self.outcome == INFEASIBLE else "resize deferred"
                 conditions.append(
                     {
@@ -102,9 +103,11 @@ class SimulatedKubelet:
                         "reason": self.outcome,
                         "message": message,
                         "lastTransitionTime": _now(),
+                        # 1.35+ kubelets say which generation of the spec they refused
+                        "observedGeneration": meta.get("generation", 1),
                     }
                 )
-                self._write_status(pod, {"conditions": conditions})
+                self._write_status(pod, {"conditions": conditions, "observedGeneration": meta.get("generation", 1)})
             return
         done_at = self._in_progress.setdefault(key, time.monotonic() + self.delay)
         statuses = []
