@@ -202,6 +202,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"demo failed: {exc}") from None
 
 
+def _flag_bool(text: str) -> bool:
+    """A boolean flag's value as Kubernetes components spell it (`--flag=true|false`)."""
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
@@ -219,7 +229,9 @@ def _snapshot_args(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="headroom", description="CPU limits that follow each node's unbooked CPU.")
+    # Invoked as the kubectl plugin, usage and errors say what the user typed.
+    prog = "kubectl headroom" if Path(sys.argv[0]).name.startswith("kubectl-headroom") else "headroom"
+    ap = argparse.ArgumentParser(prog=prog, description="CPU limits that follow each node's unbooked CPU.")
     ap.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -234,10 +246,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
     p.add_argument(
         "--leader-elect",
-        action=argparse.BooleanOptionalAction,
+        nargs="?",
+        const=True,
         default=True,
-        help="only the holder of the Lease writes (default on)",
+        type=_flag_bool,
+        metavar="true|false",
+        help="only the holder of the Lease writes (default true; --leader-elect=false or --no-leader-elect turns it off)",
     )
+    p.add_argument("--no-leader-elect", dest="leader_elect", action="store_false", help=argparse.SUPPRESS)
     p.add_argument("--lease-namespace", help="namespace of the Lease (default: the pod's own, else default)")
     p.add_argument("--lease-name", default="kube-headroom")
     p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook HTTPS port (default 9443)")

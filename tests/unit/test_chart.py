@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from ruamel.yaml import YAML
 
 from chart import CHART, PROMTOOL, ROOT, find, helm, render
 from headroom.api.validate import validate_object
@@ -113,9 +115,46 @@ def test_webhook_configuration():
     assert find(cm, "Certificate") and find(cm, "Issuer")
 
 
-def test_headroom_config_is_a_value():
-    assert find(render(), "HeadroomConfig")[0]["spec"] == {"dryRun": True}
-    assert not find(render("headroomConfig.create=false"), "HeadroomConfig")
+def test_gitops_owns_the_policy_unless_the_chart_is_told_otherwise():
+    assert not find(render(), "HeadroomConfig")  # by default the policy comes from GitOps
+    assert find(render("headroomConfig.create=true"), "HeadroomConfig")[0]["spec"] == {"dryRun": True}
+
+
+def _yaml_docs(path: Path) -> list[dict]:
+    return [d for d in YAML(typ="safe").load_all(path.read_text()) if d]
+
+
+def test_every_gitops_example_points_at_paths_that_exist():
+    """Flux Kustomization paths, HelmRelease chart paths and Argo CD Application source
+    paths, resolved in this repository as the tools resolve them in the Git source."""
+    seen = []
+    for path in sorted((ROOT / "examples" / "gitops").rglob("*.yaml")):
+        for doc in _yaml_docs(path):
+            kind, spec = doc.get("kind"), doc.get("spec") or {}
+            if kind == "Kustomization" and "path" in spec:
+                target = ROOT / spec["path"]
+                assert target.is_dir() and any(target.glob("*.yaml")), f"{path}: {spec['path']} has no manifests"
+            elif kind == "HelmRelease":
+                target = ROOT / spec["chart"]["spec"]["chart"]
+                assert (target / "Chart.yaml").is_file(), f"{path}: {target} is not a chart"
+            elif kind == "Application":
+                target = ROOT / spec["source"]["path"]
+                assert target.is_dir(), f"{path}: {spec['source']['path']} does not exist"
+            else:
+                continue
+            seen.append((kind, str(target.relative_to(ROOT))))
+    assert {k for k, _ in seen} == {"Kustomization", "HelmRelease", "Application"}, seen
+
+
+def test_every_example_configuration_starts_in_dry_run():
+    # (the Argo CD testdata are captured objects for the health check, not configuration)
+    for path in [
+        ROOT / "examples" / "headroomconfig.yaml",
+        *sorted((ROOT / "examples" / "gitops" / "config").glob("*.yaml")),
+    ]:
+        for doc in _yaml_docs(path):
+            if doc.get("kind") == "HeadroomConfig":
+                assert doc["spec"]["dryRun"] is True, path
 
 
 def test_values_schema_rejects_mistakes():
