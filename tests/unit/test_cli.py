@@ -210,3 +210,25 @@ def test_validate_checks_profiles_merged_with_the_config_in_the_same_run(tmp_pat
     assert f"{prof}:6:3: NodePoolProfile/batch: spec.deadband: merged with HeadroomConfig" in r.stdout
     # ... and against the config given with it (grow 0.4) it is fine.
     assert headroom("validate", str(cfg), str(prof)).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        ([], True),
+        (["--leader-elect"], True),
+        (["--leader-elect=true"], True),
+        (["--leader-elect=false"], False),
+        (["--leader-elect", "false"], False),
+        (["--no-leader-elect"], False),
+    ],
+)
+def test_boolean_flags_take_the_forms_kubernetes_components_take(flags, expected):
+    from headroom.cli import parser
+
+    assert parser().parse_args(["run", *flags]).leader_elect is expected
+
+
+def test_a_boolean_flag_with_a_wrong_value_says_what_to_write():
+    r = headroom("run", "--leader-elect=maybe")
+    assert r.returncode == 2 and "'maybe' is not a boolean; use true or false" in r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -59,7 +60,8 @@ class Controller:
     def __init__(self, api: Api, options: Options | None = None) -> None:
         self.api = api
         self.options = options or Options()
-        self.identity = self.options.identity or socket.gethostname()
+        # The chart sets HOSTNAME to the pod's name (the Downward API); that is the identity.
+        self.identity = self.options.identity or os.environ.get("HOSTNAME") or socket.gethostname()
         self.stop = threading.Event()
         self.cache = ClusterCache()
         self.config = ConfigState()

@@ -1,0 +1,148 @@
+"""The chart as rendered, run the way a cluster runs it.
+
+The controller container's exact args and env come from `helm template`; the process
+runs as the chart's ServiceAccount (a token from the test API server's TokenRequest API,
+RBAC from the same render); the webhook Secret is "mounted" where the Deployment mounts
+it (its files written to a directory, the mount path in the args pointed there — the one
+thing a kubelet would do that a test process cannot); the probes are polled on the
+rendered ports as the kubelet polls them. The image's entrypoint is `headroom`, so the
+command is this interpreter's `-m headroom`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from chart import ROOT, find, helm
+from headroom.cluster.api import Api, ApiError
+from headroom.sim.controlplane import free_port
+
+VALUES = {"default": [], "production": ["-f", str(ROOT / "examples" / "helm" / "values-production.yaml")]}
+
+
+def _render(release: str, values: list[str], namespace: str, ports: dict[str, int]) -> list[dict[str, Any]]:
+    sets = [f"metrics.port={ports['metrics']}", f"health.port={ports['health']}", f"webhook.port={ports['webhook']}"]
+    args = ["template", release, str(ROOT / "charts" / "kube-headroom"), "--namespace", namespace, *values]
+    for s in sets:
+        args += ["--set", s]
+    r = helm(*args)
+    assert r.returncode == 0, r.stderr
+    return [d for d in YAML(typ="safe").load_all(r.stdout) if d]
+
+
+def _probe(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("flavour", sorted(VALUES))
+def test_the_rendered_controller_runs_as_its_service_account_and_two_replicas_elect_one_leader(
+    api: Api, control_plane, crds_installed, tmp_path: Path, flavour: str
+):
+    ns = release = f"hr-{uuid.uuid4().hex[:6]}"  # its own names: the other tests' RBAC stays as it is
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    procs: list[subprocess.Popen[bytes]] = []
+    applied: list[dict[str, Any]] = []
+    try:
+        replicas = []
+        for _ in range(2):
+            ports = {"metrics": free_port(), "health": free_port(), "webhook": free_port()}
+            docs = _render(release, VALUES[flavour], ns, ports)
+            replicas.append((ports, docs))
+        docs = replicas[0][1]
+        for doc in docs:
+            if doc["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+                api.apply(doc, "headroom-tests")
+                applied.append(doc)
+        (sa,) = find(docs, "ServiceAccount")
+        token = api.post(
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{sa['metadata']['name']}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )["status"]["token"]
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: c\n  cluster:\n    server: {control_plane.url}\n"
+            f"    certificate-authority: {control_plane.ca_file}\n"
+            f"users:\n- name: sa\n  user:\n    token: {token}\n"
+            "contexts:\n- name: c\n  context: {cluster: c, user: sa}\ncurrent-context: c\n"
+        )
+        for i, (_ports, rdocs) in enumerate(replicas):
+            (dep,) = find(rdocs, "Deployment")
+            pod = dep["spec"]["template"]["spec"]
+            (c,) = pod["containers"]
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+            args = list(c["args"])
+            if i == 0:
+                rendered_args = list(args)
+            for path, volume in mounts.items():  # the kubelet's part: mount the Secret's files
+                (vol,) = [v for v in pod["volumes"] if v["name"] == volume]
+                (secret,) = [s for s in find(rdocs, "Secret") if s["metadata"]["name"] == vol["secret"]["secretName"]]
+                target = tmp_path / f"replica-{i}{path}"
+                target.mkdir(parents=True)
+                for key, value in secret["data"].items():
+                    (target / key).write_bytes(base64.b64decode(value))
+                args = [a.replace(path, str(target)) for a in args]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+            for e in c.get("env") or []:
+                if "valueFrom" in e:  # the Downward API: the pod's own name
+                    assert e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+                    env[e["name"]] = f"headroom-{flavour}-{i}"
+                else:
+                    env[e["name"]] = e["value"]
+            env["KUBECONFIG"] = str(kubeconfig)  # in place of the mounted service-account token
+            log = open(tmp_path / f"replica-{i}.log", "wb")  # noqa: SIM115 - closed with the process
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "headroom", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            )
+        # The kubelet's probes, on the rendered ports and paths.
+        deadline = time.monotonic() + 60
+        while True:
+            states = [(_probe(p["health"], "/healthz"), _probe(p["health"], "/readyz")) for p, _ in replicas]
+            for i, proc in enumerate(procs):
+                assert proc.poll() is None, (tmp_path / f"replica-{i}.log").read_text()[-3000:]
+            if all(s == (200, 200) for s in states):
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(1)
+        (lease_name,) = [a.split("=", 1)[1] for a in rendered_args if a.startswith("--lease-name=")]
+        lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{lease_name}")
+        holder = lease["spec"]["holderIdentity"]
+        assert holder in (f"headroom-{flavour}-0", f"headroom-{flavour}-1")
+        time.sleep(3)
+        leaders = [i for i in range(2) if b"became leader" in (tmp_path / f"replica-{i}.log").read_bytes()]
+        assert len(leaders) == 1, leaders
+        print(f"\n{flavour}: ran `headroom {' '.join(rendered_args)}` x2; leader {holder}; probes 200/200")
+    finally:
+        for p in procs:
+            p.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(15)
+            if p.poll() is None:
+                p.kill()
+        for doc in applied:
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                with contextlib.suppress(ApiError, KeyError):
+                    api.delete(f"/apis/rbac.authorization.k8s.io/v1/{doc['kind'].lower()}s/{doc['metadata']['name']}")
+        with contextlib.suppress(ApiError):
+            api.delete(f"/api/v1/namespaces/{ns}")
