@@ -151,7 +151,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         health_port=args.health_port or None,
         webhook_port=args.webhook_port,
         webhook_cert_dir=args.webhook_cert_dir,
+        webhook_cert_reload=args.webhook_cert_reload,
+        webhook_secret=args.webhook_secret,
+        webhook_names=tuple(n.strip() for n in (args.webhook_names or "").split(",") if n.strip()),
+        webhook_configuration=args.webhook_configuration,
+        webhook_cert_check=args.webhook_cert_check,
     )
+    if options.webhook_secret and not (options.webhook_names and options.webhook_configuration):
+        raise UsageError("--webhook-secret needs --webhook-names and --webhook-configuration")
 
     if not options.retry_period < options.renew_deadline < options.lease_duration:
         raise UsageError("leader election needs --retry-period < --renew-deadline < --lease-duration")
@@ -258,6 +265,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-name", default="kube-headroom")
     p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook HTTPS port (default 9443)")
     p.add_argument("--webhook-cert-dir", help="directory with tls.crt and tls.key; the webhook runs only with it")
+    p.add_argument(
+        "--webhook-cert-reload",
+        type=float,
+        default=10.0,
+        help="seconds between checks of the certificate files (default 10)",
+    )
+    p.add_argument(
+        "--webhook-secret",
+        help="keep the webhook certificate in this Secret (in the lease namespace) and its CA in the caBundle "
+        "of --webhook-configuration; the leader issues and rotates it",
+    )
+    p.add_argument(
+        "--webhook-names",
+        help="comma-separated DNS names (or IPs) the certificate is for, e.g. SERVICE.NAMESPACE.svc",
+    )
+    p.add_argument("--webhook-configuration", help="the MutatingWebhookConfiguration whose caBundle to keep")
+    p.add_argument(
+        "--webhook-cert-check", type=float, default=3600.0, help="seconds between certificate checks (default 3600)"
+    )
 
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")
     p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default 10)")

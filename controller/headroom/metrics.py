@@ -77,6 +77,18 @@ class Metrics:
             ["component"],
             registry=r,
         )
+        self.webhook_requests = Counter(
+            "headroom_webhook_requests",
+            "Admission reviews answered, by result (mutated, unchanged, malformed, too-large).",
+            ["result"],
+            registry=r,
+        )
+        self.webhook_seconds = Histogram(
+            "headroom_webhook_duration_seconds",
+            "Time to answer one admission review, from the body read to the answer.",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2),
+        )
         self.writes_blocked = Gauge(
             "headroom_writes_blocked",
             "1 while a watch is failing or relisting, so no pod is written; else 0.",
@@ -86,6 +98,10 @@ class Metrics:
         self._pools: set[str] = set()
 
         self._lock = threading.Lock()
+
+    def observe_webhook(self, result: str, seconds: float) -> None:
+        self.webhook_requests.labels(result).inc()
+        self.webhook_seconds.observe(seconds)
 
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool

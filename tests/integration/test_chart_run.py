@@ -14,8 +14,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +46,39 @@ def _render(release: str, values: list[str], namespace: str, ports: dict[str, in
     return [d for d in YAML(typ="safe").load_all(r.stdout) if d]
 
 
+class SecretMount:
+    """What the kubelet does for a Secret volume: write its keys as files, and again when it changes."""
+
+    def __init__(self, api: Api, namespace: str, name: str, target: Path) -> None:
+        self.api, self.path, self.target = api, f"/api/v1/namespaces/{namespace}/secrets/{name}", target
+        self._stop = threading.Event()
+        self._version = ""
+
+    def sync(self) -> None:
+        try:
+            secret = self.api.get(self.path)
+        except ApiError:
+            return  # optional: not there yet
+        if secret["metadata"]["resourceVersion"] == self._version:
+            return
+        for key, value in (secret.get("data") or {}).items():
+            tmp = self.target / f".{key}.tmp"
+            tmp.write_bytes(base64.b64decode(value))
+            tmp.replace(self.target / key)
+        self._version = secret["metadata"]["resourceVersion"]
+
+    def start(self) -> SecretMount:
+        def loop() -> None:
+            while not self._stop.wait(0.5):
+                self.sync()
+
+        threading.Thread(target=loop, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def _probe(port: int, path: str) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
@@ -61,6 +97,7 @@ def test_the_rendered_controller_runs_as_its_service_account_and_two_replicas_el
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     procs: list[subprocess.Popen[bytes]] = []
     applied: list[dict[str, Any]] = []
+    mounted: list[SecretMount] = []
     try:
         replicas = []
         for _ in range(2):
@@ -93,13 +130,12 @@ def test_the_rendered_controller_runs_as_its_service_account_and_two_replicas_el
             args = list(c["args"])
             if i == 0:
                 rendered_args = list(args)
-            for path, volume in mounts.items():  # the kubelet's part: mount the Secret's files
+            for path, volume in mounts.items():  # the kubelet's part: keep the Secret's files mounted
                 (vol,) = [v for v in pod["volumes"] if v["name"] == volume]
-                (secret,) = [s for s in find(rdocs, "Secret") if s["metadata"]["name"] == vol["secret"]["secretName"]]
+                assert vol["secret"].get("optional") is True  # the leader creates it after start
                 target = tmp_path / f"replica-{i}{path}"
                 target.mkdir(parents=True)
-                for key, value in secret["data"].items():
-                    (target / key).write_bytes(base64.b64decode(value))
+                mounted.append(SecretMount(api, ns, vol["secret"]["secretName"], target).start())
                 args = [a.replace(path, str(target)) for a in args]
             env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
             for e in c.get("env") or []:
@@ -132,8 +168,27 @@ def test_the_rendered_controller_runs_as_its_service_account_and_two_replicas_el
         time.sleep(3)
         leaders = [i for i in range(2) if b"became leader" in (tmp_path / f"replica-{i}.log").read_bytes()]
         assert len(leaders) == 1, leaders
+        # The leader issued the webhook certificate; every replica serves it, for the Service's name.
+        secret = api.get(f"/api/v1/namespaces/{ns}/secrets/{release}-webhook-tls")
+        ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
+        deadline = time.monotonic() + 30
+        for ports, _ in replicas:
+            while True:
+                try:
+                    ctx = ssl.create_default_context(cadata=ca)
+                    with (
+                        socket.create_connection(("127.0.0.1", ports["webhook"]), timeout=2) as raw,
+                        ctx.wrap_socket(raw, server_hostname=f"{release}.{ns}.svc") as tls,
+                    ):
+                        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "a replica does not serve the managed certificate"
+                    time.sleep(1)
         print(f"\n{flavour}: ran `headroom {' '.join(rendered_args)}` x2; leader {holder}; probes 200/200")
     finally:
+        for m in mounted:
+            m.stop()
         for p in procs:
             p.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):

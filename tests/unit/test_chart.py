@@ -82,14 +82,37 @@ EXPECTED_CLUSTER_RULES = [
 def test_rbac_is_exactly_the_spec():
     docs = render()
     (role,) = find(docs, "ClusterRole")
-    assert role["rules"] == EXPECTED_CLUSTER_RULES
+    own_webhook = {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "resourceNames": ["headroom"],
+        "verbs": ["get", "patch"],
+    }
+    assert role["rules"] == [*EXPECTED_CLUSTER_RULES, own_webhook]
     (lease,) = find(docs, "Role")
     assert lease["metadata"]["namespace"] == "kube-headroom"
     assert lease["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        # its own webhook certificate, and nothing else (create cannot be narrowed by name)
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["headroom-webhook-tls"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]
-    text = json.dumps(docs)
-    assert '"secrets"' not in text.replace('"kind": "Secret"', "")
+    # With cert-manager keeping the certificate, the controller touches no Secret at all.
+    cm = render("webhook.certManager.enabled=true")
+    assert find(cm, "ClusterRole")[0]["rules"] == EXPECTED_CLUSTER_RULES
+    assert '"secrets"' not in json.dumps(find(cm, "Role"))
+
+
+def test_two_renders_are_byte_identical():
+    """No generated certificate in the chart: GitOps tools see no drift between renders."""
+    first, second = helm("template", "t", str(CHART)), helm("template", "t", str(CHART))
+    assert first.returncode == 0 and first.stdout == second.stdout
+    assert "BEGIN CERTIFICATE" not in first.stdout and "tls.key" not in first.stdout
 
 
 def test_webhook_configuration():
@@ -106,9 +129,19 @@ def test_webhook_configuration():
             "scope": "Namespaced",
         }
     ]
-    assert hook["namespaceSelector"] == {"matchLabels": {"kube-headroom.dev/mode": "managed"}}
-    (secret,) = find(docs, "Secret")
-    assert secret["type"] == "kubernetes.io/tls" and hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-headroom"]}
+        ]
+    }
+    assert hook["objectSelector"] == {
+        "matchExpressions": [{"key": "kube-headroom.dev/mode", "operator": "NotIn", "values": ["unmanaged"]}]
+    }
+    assert not find(docs, "Secret") and "caBundle" not in hook["clientConfig"]  # the controller keeps both
+    (dep,) = find(docs, "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-secret=headroom-webhook-tls" in args and "--webhook-configuration=headroom" in args
+    assert "--webhook-names=headroom.kube-headroom.svc,headroom.kube-headroom.svc.cluster.local" in args
     cm = render("webhook.certManager.enabled=true")
     (mwc,) = find(cm, "MutatingWebhookConfiguration")
     assert "cert-manager.io/inject-ca-from" in mwc["metadata"]["annotations"] and not find(cm, "Secret")

@@ -7,6 +7,7 @@ import json
 
 from factories import container, namespace, pod
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from
+from headroom.api.resolve import resolve
 from headroom.core.params import Resolver
 from headroom.core.records import namespace_from_dict
 from headroom.webhook.mutation import patch_for
@@ -127,3 +128,36 @@ def test_admission_review_round_trip_and_errors_never_block():
     assert json.loads(base64.b64decode(out["response"]["patch"]))[0]["value"] == "1"
     broken = {"request": {"uid": "u2", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": 7}}}
     assert review_response(broken, lambda n: MANAGED, resolver)["response"] == {"uid": "u2", "allowed": True}
+
+
+def test_no_mutation_where_the_controller_would_write_nothing():
+    pool = [("batch", {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "dryRun": True})]
+    paused = [("batch", {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "paused": True})]
+    one = [container("a", cpu="500m", mem_limit=None)]
+    assert patch_for(new_pod(containers=one), MANAGED, resolver({"dryRun": True})) == []
+    batch_pod = new_pod(containers=one)
+    batch_pod["spec"]["nodeSelector"] = {"pool": "batch"}
+    assert patch_for(batch_pod, MANAGED, resolver(profiles=pool)) == []  # a dry-run pool
+    assert patch_for(batch_pod, MANAGED, resolver(profiles=paused)) == []  # a paused pool
+    assert patch_for(new_pod(containers=one), MANAGED, resolve([], []).resolver) == []  # no HeadroomConfig
+    windows = new_pod(containers=one)
+    windows["spec"]["os"] = {"name": "windows"}
+    assert patch_for(windows, MANAGED, resolver()) == []
+    # An app container without a CPU request: the controller would not manage the pod.
+    unmanaged = new_pod(containers=[*one, container("b", cpu=None, mem_limit=None)])
+    assert patch_for(unmanaged, MANAGED, resolver()) == []
+    # A node exclusion the pod's nodeSelector asks for.
+    assert (
+        patch_for(batch_pod, MANAGED, resolver({"exclusions": {"nodeSelector": {"matchLabels": {"pool": "batch"}}}}))
+        == []
+    )
+
+
+def test_namespaces_managed_through_the_config_selector_are_mutated_too():
+    ns = namespace_from_dict({"metadata": {"name": "team", "labels": {"tier": "apps"}}})
+    ops = patch_for(
+        new_pod(containers=[container("a", cpu="500m", mem_limit=None)]),
+        ns,
+        resolver({"namespaceSelector": {"matchLabels": {"tier": "apps"}}}),
+    )
+    assert ops and ops[0]["value"] == {"cpu": "1"}

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..cluster.api import Api, ApiError
 from ..cluster.cache import ClusterCache, Stale
+from ..cluster.certs import CertManager
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
@@ -54,6 +55,13 @@ class Options:
     metrics_host: str = "0.0.0.0"
     webhook_port: int = 9443
     webhook_cert_dir: str | None = None  # tls.crt and tls.key; None: no webhook
+    webhook_cert_reload: float = 10.0  # seconds between checks of the certificate files
+    # The controller keeps the webhook's certificate: this Secret (in lease_namespace),
+    # valid for these names, with its CA in this MutatingWebhookConfiguration's caBundle.
+    webhook_secret: str | None = None
+    webhook_names: tuple[str, ...] = ()
+    webhook_configuration: str | None = None
+    webhook_cert_check: float = 3600.0
 
 
 class Controller:
@@ -148,6 +156,10 @@ class Controller:
                 return False, f"thread {name} has died"
         if self.elector is not None and not self.elector.alive():
             return False, "the leader-election thread has died"
+        for server in self._servers:
+            alive = getattr(server, "alive", None)
+            if alive is not None and not alive():
+                return False, "the webhook server has stopped"
         for r in self.reflectors:
             ok, why = r.alive()
             if not ok:
@@ -312,16 +324,8 @@ class Controller:
         for port in sorted(ports):
             self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
         if self.options.webhook_cert_dir:  # every replica serves it, leader or not
-            self._servers.append(
-                webhook.serve(
-                    self.options.webhook_port,
-                    Path(self.options.webhook_cert_dir),
-                    self.cache.namespace,
-                    lambda: self.config.resolver,
-                    self.options.metrics_host,
-                    self.inputs_problem,
-                )
-            )
+            # Not a watched thread: it ends once the server runs (which /healthz then watches).
+            threading.Thread(target=self._start_webhook, name="webhook-start", daemon=True).start()
         self.facts = discover(self.api)
         log.info(
             "cluster capabilities",
@@ -350,6 +354,8 @@ class Controller:
             )
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
         self._spawn("blocked-log", self._log_blocked)
+        if self.options.webhook_secret:
+            self._spawn("webhook-certificate", self._cert_loop)
 
     def _await_sync(self) -> None:
         """Workers start only once every list is in: acting on a partial view (missing
@@ -390,6 +396,66 @@ class Controller:
         for i in range(self.options.workers):
             self.workers.append(self._spawn(f"worker-{i}", self._work))
         self._spawn("capabilities", self._refresh_loop)
+
+    def _start_webhook(self) -> None:
+        """Serve once the certificate files exist (a managed Secret appears in the mounted
+        directory only after the leader created it and the kubelet synced it)."""
+        cert_dir = Path(str(self.options.webhook_cert_dir))
+        said = False
+        while not self.stop.is_set():
+            if (cert_dir / "tls.crt").is_file() and (cert_dir / "tls.key").is_file():
+                try:
+                    self._servers.append(
+                        webhook.serve(
+                            self.options.webhook_port,
+                            cert_dir,
+                            self.cache.namespace,
+                            lambda: self.config.resolver,
+                            self.options.metrics_host,
+                            self.inputs_problem,
+                            self.metrics.observe_webhook,
+                            self.options.webhook_cert_reload,
+                        )
+                    )
+                    log.info("webhook serving", extra={"port": self.options.webhook_port})
+                    return
+                except Exception:
+                    log.exception("webhook server failed to start; retrying")
+                    self._error("webhook")
+            elif not said:
+                log.info("waiting for the webhook certificate files", extra={"dir": str(cert_dir)})
+                said = True
+            self.stop.wait(1.0)
+
+    def _cert_loop(self) -> None:
+        """The leader keeps the webhook certificate and the caBundle right (cluster/certs.py)."""
+        o = self.options
+        manager = CertManager(
+            self.api,
+            o.lease_namespace,
+            str(o.webhook_secret),
+            list(o.webhook_names),
+            str(o.webhook_configuration),
+        )
+        wait = 0.0
+        while not self.stop.wait(wait):
+            wait = o.webhook_cert_check
+            if not self.leading():
+                wait = 1.0
+                continue
+            try:
+                self.writer.fence()
+                manager.ensure()
+            except NotLeader:
+                continue
+            except ApiError as exc:
+                log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
+                self._error("certificate")
+                wait = min(o.webhook_cert_check, 30.0)
+            except Exception:
+                log.exception("webhook certificate check crashed; retrying")
+                self._error("certificate")
+                wait = min(o.webhook_cert_check, 30.0)
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""

@@ -12,43 +12,49 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core import keys
-from ..core.eligibility import namespace_managed
+from ..core.eligibility import MANAGED, eligibility
 from ..core.params import Resolver
 from ..core.policy import QUANTUM
 from ..core.quantity import format_milli
-from ..core.records import GUARANTEED, INIT, Namespace, RecordError, pod_from_dict, qos_class
+from ..core.records import GUARANTEED, INIT, Namespace, Node, RecordError, pod_from_dict, qos_class
 
 
 def _limit(request: int, multiplier_num: int, multiplier_den: int) -> int:
     return max(request, request * multiplier_num // multiplier_den // QUANTUM * QUANTUM, QUANTUM)
 
 
+UNSCHEDULED = "(not yet scheduled)"
+
+
 def patch_for(pod: Mapping[str, Any], namespace: Namespace | None, resolver: Resolver) -> list[dict[str, Any]]:
-    """JSONPatch operations for a pod being created; [] when nothing applies."""
-    try:
-        record = pod_from_dict({**pod, "metadata": {"name": "new", **(pod.get("metadata") or {})}})
-    except RecordError:
-        return []  # the API server will report the bad quantity itself
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    if not isinstance(selector, Mapping):
+    """JSONPatch operations for a pod being created; [] when nothing applies.
+
+    The pod gets a limit only if the controller would manage it: the same eligibility
+    function decides, with the node the pod asks for standing in for the one it will get
+    (its `nodeSelector` for profiles and node exclusions, `spec.os.name` for Windows).
+    Dry-run, paused and unusable configurations mutate nothing."""
+    spec = pod.get("spec")
+    meta = pod.get("metadata") or {}
+    if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
+        return []
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping) or not all(isinstance(v, str) for v in selector.values()):
         return []
     settings = resolver.for_labels(selector)
-    ex = settings.exclusions
-    if (
-        settings.blocked is not None  # no usable configuration: write nothing, here too
-        or settings.dry_run
-        or settings.paused
-        or not namespace_managed(namespace, settings)
-        or (namespace is not None and namespace.name in ex.namespaces)
-        or record.mode == keys.MODE_UNMANAGED
-        or any(s.matches(record.labels) for s in ex.pod_selectors)
-        or (record.owner_kind is not None and record.owner_kind in ex.owner_kinds)
-    ):
+    if settings.dry_run:
         return []
+    os_spec = spec.get("os")
+    windows = isinstance(os_spec, Mapping) and os_spec.get("name") == "windows"
+    node = Node(name=UNSCHEDULED, labels=selector, allocatable_cpu=0, windows=windows, ready=True)
+    try:
+        record = pod_from_dict({**pod, "metadata": {"name": "new", **meta}, "spec": {**spec, "nodeName": UNSCHEDULED}})
+    except RecordError:
+        return []  # the API server will report the bad quantity itself
+    if eligibility(record, namespace, node, settings, pod_level_resize=True) != MANAGED:
+        return []
+    ex = settings.exclusions
     mult = settings.initial_multiplier
     num, den = mult.numerator, mult.denominator
-    spec = pod.get("spec") or {}
 
     pl = record.pod_level
     if pl is not None:

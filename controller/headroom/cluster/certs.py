@@ -1,0 +1,228 @@
+"""The webhook's serving certificate, managed by the controller itself.
+
+Rendering a certificate in the chart makes every `helm template` differ (GitOps drift)
+and, after a re-render, leaves the API server trusting a CA that no longer signs the
+served certificate — the webhook then fails open with nothing in Headroom's log. So the
+leader keeps one Secret (`tls.crt`, `tls.key`, `ca.crt`) and the webhook configuration's
+`caBundle` in step:
+
+- missing, unreadable, for other names, or within `renew_before` of expiry ⇒ a new CA and
+  serving certificate;
+- the new CA is added to the `caBundle` *before* the Secret changes, and the old CA stays
+  in the bundle until the certificate it signed has expired, so replicas still serving the
+  old certificate (the kubelet refreshes mounted Secrets with a delay) are trusted
+  throughout: a rotation never makes the webhook fail open.
+
+Every replica serves whatever the mounted Secret holds and reloads it when it changes
+(webhook/server.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from .api import STRATEGIC_PATCH, Api, ApiError
+
+log = logging.getLogger("headroom.certs")
+
+WEBHOOK_NAME = "pods.kube-headroom.dev"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def issue(names: Sequence[str], days: int) -> tuple[bytes, bytes, bytes]:
+    """A fresh CA and a serving certificate for `names` (DNS names or IPs): (ca, crt, key) PEM."""
+    now = _now() - datetime.timedelta(minutes=5)  # tolerate a little clock skew
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"kube-headroom webhook CA {now:%Y%m%d%H%M%S}")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=days + 1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )  # digitalSignature, keyCertSign, cRLSign
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = _key()
+    sans: list[x509.GeneralName] = []
+    for n in names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            sans.append(x509.DNSName(n))
+    crt = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return _pem(ca), _pem(crt), key_pem
+
+
+def _names_of(cert: x509.Certificate) -> set[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(n) for n in san.get_values_for_type(x509.DNSName)} | {
+        str(ip) for ip in san.get_values_for_type(x509.IPAddress)
+    }
+
+
+def _live_cas(bundle: bytes, until: datetime.datetime) -> list[bytes]:
+    """The CAs of a bundle still valid at `until` (expired ones are dropped)."""
+    out = []
+    try:
+        certs = x509.load_pem_x509_certificates(bundle)
+    except ValueError:
+        return []
+    for c in certs:
+        if c.not_valid_after_utc > until:
+            out.append(_pem(c))
+    return out
+
+
+@dataclass
+class CertManager:
+    api: Api
+    namespace: str
+    secret: str
+    names: Sequence[str]  # what the API server dials: service.namespace.svc, or an IP in tests
+    webhook_configuration: str
+    days: int = 365
+    renew_before: datetime.timedelta = datetime.timedelta(days=30)
+
+    @property
+    def _path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/secrets/{self.secret}"
+
+    def _read(self) -> dict[str, bytes] | None:
+        try:
+            obj = self.api.get(self._path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data = obj.get("data") or {}
+        try:
+            return {k: base64.b64decode(v) for k, v in data.items()} | {
+                "_rv": str(obj["metadata"].get("resourceVersion", "")).encode()
+            }
+        except (ValueError, TypeError):
+            return {"_rv": str(obj["metadata"].get("resourceVersion", "")).encode()}
+
+    def _usable(self, data: dict[str, bytes] | None) -> bool:
+        if not data or not data.get("tls.crt") or not data.get("tls.key") or not data.get("ca.crt"):
+            return False
+        try:
+            cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        except ValueError:
+            return False
+        return cert.not_valid_after_utc > _now() + self.renew_before and set(self.names) <= _names_of(cert)
+
+    def _ca_bundle(self) -> bytes | None:
+        try:
+            mwc = self.api.get(
+                f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_configuration}"
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        for hook in mwc.get("webhooks") or []:
+            if hook.get("name") == WEBHOOK_NAME:
+                value = (hook.get("clientConfig") or {}).get("caBundle")
+                return base64.b64decode(value) if value else b""
+        return None
+
+    def _set_ca_bundle(self, bundle: bytes) -> None:
+        body = {"webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {"caBundle": base64.b64encode(bundle).decode()}}]}
+        self.api.patch(
+            f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_configuration}",
+            body,
+            STRATEGIC_PATCH,
+            {"fieldManager": "headroom"},
+        )
+
+    def ensure(self) -> bool:
+        """Make the Secret and the caBundle right; True when a new certificate was issued."""
+        data = self._read()
+        rotated = False
+        if not self._usable(data):
+            ca, crt, key = issue(list(self.names), self.days)
+            # Keep trusting every CA some replica may still serve (the Secret's and the bundle's).
+            old = _live_cas((data or {}).get("ca.crt", b""), _now()) + _live_cas(self._ca_bundle() or b"", _now())
+            bundle = b"".join(dict.fromkeys([ca, *old]))
+            if self._ca_bundle() is not None:
+                self._set_ca_bundle(bundle)  # trust the new CA before anything serves it
+            body: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": self.secret, "namespace": self.namespace},
+                "data": {
+                    "tls.crt": base64.b64encode(crt).decode(),
+                    "tls.key": base64.b64encode(key).decode(),
+                    "ca.crt": base64.b64encode(bundle).decode(),
+                },
+            }
+            try:
+                if data is None:
+                    self.api.post(f"/api/v1/namespaces/{self.namespace}/secrets", body)
+                else:
+                    body["metadata"]["resourceVersion"] = data["_rv"].decode()
+                    self.api.request_json("PUT", self._path, body)
+            except ApiError as exc:
+                if exc.status in (409, 422):  # another replica got there first: use theirs next round
+                    log.info("webhook certificate written by another replica", extra={"secret": self.secret})
+                    return False
+                raise
+            log.info(
+                "webhook certificate issued",
+                extra={"secret": f"{self.namespace}/{self.secret}", "names": list(self.names), "days": self.days},
+            )
+            data, rotated = self._read(), True
+        # The bundle must hold the CA of the certificate being served.
+        bundle = (data or {}).get("ca.crt", b"")
+        current = self._ca_bundle()
+        if current is not None and bundle and set(_live_cas(bundle, _now())) - set(_live_cas(current, _now())):
+            merged = b"".join([*_live_cas(bundle, _now()), *[c for c in _live_cas(current, _now()) if c not in bundle]])
+            self._set_ca_bundle(merged)
+            log.info("webhook caBundle updated", extra={"configuration": self.webhook_configuration})
+        return rotated
