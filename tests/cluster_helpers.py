@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from factories import pod
-from headroom.cluster.api import Api, pod_path
+from headroom.cluster.api import Api, ApiError, pod_path
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
 
@@ -78,3 +81,36 @@ def profile(api: Api, name: str, labels: dict[str, str], **spec: Any) -> dict[st
         },
         "headroom-tests",
     )
+
+
+class SecretMount:
+    """What the kubelet does for a Secret volume: write its keys as files, and again when it changes."""
+
+    def __init__(self, api: Api, namespace: str, name: str, target: Path) -> None:
+        self.api, self.path, self.target = api, f"/api/v1/namespaces/{namespace}/secrets/{name}", target
+        self._stop = threading.Event()
+        self._version = ""
+
+    def sync(self) -> None:
+        try:
+            secret = self.api.get(self.path)
+        except ApiError:
+            return  # optional: not there yet
+        if secret["metadata"]["resourceVersion"] == self._version:
+            return
+        for key, value in (secret.get("data") or {}).items():
+            tmp = self.target / f".{key}.tmp"
+            tmp.write_bytes(base64.b64decode(value))
+            tmp.replace(self.target / key)
+        self._version = secret["metadata"]["resourceVersion"]
+
+    def start(self) -> SecretMount:
+        def loop() -> None:
+            while not self._stop.wait(0.5):
+                self.sync()
+
+        threading.Thread(target=loop, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -18,7 +18,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +29,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from chart import ROOT, find, helm
+from cluster_helpers import SecretMount
 from headroom.cluster.api import Api, ApiError
 from headroom.sim.controlplane import free_port
 
@@ -44,39 +44,6 @@ def _render(release: str, values: list[str], namespace: str, ports: dict[str, in
     r = helm(*args)
     assert r.returncode == 0, r.stderr
     return [d for d in YAML(typ="safe").load_all(r.stdout) if d]
-
-
-class SecretMount:
-    """What the kubelet does for a Secret volume: write its keys as files, and again when it changes."""
-
-    def __init__(self, api: Api, namespace: str, name: str, target: Path) -> None:
-        self.api, self.path, self.target = api, f"/api/v1/namespaces/{namespace}/secrets/{name}", target
-        self._stop = threading.Event()
-        self._version = ""
-
-    def sync(self) -> None:
-        try:
-            secret = self.api.get(self.path)
-        except ApiError:
-            return  # optional: not there yet
-        if secret["metadata"]["resourceVersion"] == self._version:
-            return
-        for key, value in (secret.get("data") or {}).items():
-            tmp = self.target / f".{key}.tmp"
-            tmp.write_bytes(base64.b64decode(value))
-            tmp.replace(self.target / key)
-        self._version = secret["metadata"]["resourceVersion"]
-
-    def start(self) -> SecretMount:
-        def loop() -> None:
-            while not self._stop.wait(0.5):
-                self.sync()
-
-        threading.Thread(target=loop, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def _probe(port: int, path: str) -> int:

@@ -1,0 +1,180 @@
+"""The admission webhook as the real API server calls it, over TLS: slow and idle clients,
+malformed bodies, and a certificate the controller issues and rotates itself."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import socket
+import ssl
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster_helpers import SecretMount
+from factories import container, pod
+from headroom.cluster.api import Api, ApiError
+from headroom.sim.controlplane import free_port
+
+WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def register(api: Api, name: str, port: int, ca: bytes | None) -> None:
+    client: dict[str, Any] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    if ca is not None:
+        client["caBundle"] = base64.b64encode(ca).decode()
+    api.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "pods.kube-headroom.dev",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Ignore",
+                    "timeoutSeconds": 2,
+                    "namespaceSelector": {"matchLabels": {"kube-headroom.dev/mode": "managed"}},
+                    "rules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                    ],
+                    "clientConfig": client,
+                }
+            ],
+        },
+        "headroom-tests",
+    )
+
+
+def create(api: Api, ns: str, name: str) -> tuple[bool, float]:
+    """(mutated, seconds) for one pod created through the API server."""
+    body = pod(name, namespace=ns, node=None, containers=[container(cpu="500m", mem_limit=None)])
+    body.pop("status")
+    started = time.monotonic()
+    out = api.post(f"/api/v1/namespaces/{ns}/pods", body)
+    return "limits" in out["spec"]["containers"][0]["resources"], time.monotonic() - started
+
+
+def https(port: int, body: bytes, ca: bytes) -> int:
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    ctx.check_hostname = False
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+        tls.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
+    control_plane, api, namespace, headroom_config, start_controller, tmp_path: Path
+):
+    headroom_config()
+    certs = tmp_path / "webhook"
+    certs.mkdir()
+    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
+    port = free_port()
+    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
+    name = f"headroom-idle-{port}"
+    register(api, name, port, control_plane.ca_file.read_bytes())
+    idle: list[socket.socket] = []
+    try:
+        c.wait_for_log("webhook serving")
+        before = [create(api, namespace, f"before-{i}") for i in range(20)]
+        for _ in range(60):  # connect, never handshake
+            idle.append(socket.create_connection(("127.0.0.1", port)))
+        for _ in range(5):  # start a TLS handshake and stall in the middle of the headers
+            ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
+            ctx.check_hostname = False
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
+            s.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Len")
+            idle.append(s)
+        during = [create(api, namespace, f"during-{i}") for i in range(20)]
+        p99 = {k: max(t for _, t in v) for k, v in (("before", before), ("during", during))}
+        median = {k: statistics.median(t for _, t in v) for k, v in (("before", before), ("during", during))}
+        print(
+            f"\nadmission latency, 20 pods each: median {median['before'] * 1000:.1f} -> {median['during'] * 1000:.1f} ms, "
+            f"max {p99['before'] * 1000:.1f} -> {p99['during'] * 1000:.1f} ms with 65 idle or stalled connections"
+        )
+        assert all(m for m, _ in before + during), "a pod was created without its limit: the webhook did not answer"
+        assert p99["during"] < p99["before"] + 0.5, p99  # the API server gives up at 2 s
+        ca = control_plane.ca_file.read_bytes()
+        assert https(port, b"not json", ca) == 400
+        assert https(port, b"[1, 2]", ca) == 400
+        assert https(port, json.dumps({"request": "nope"}).encode(), ca) == 400
+        assert https(port, b"{" + b" " * (4 * 1024 * 1024) + b"}", ca) == 413
+        metrics = c.http("/metrics", c.metrics_port)[1]
+        assert 'headroom_webhook_requests_total{result="mutated"} 40.0' in metrics
+        assert 'headroom_webhook_requests_total{result="malformed"} 3.0' in metrics
+    finally:
+        for s in idle:
+            s.close()
+        with contextlib.suppress(ApiError):
+            api.delete(f"{WEBHOOK}/{name}")
+
+
+def _served_fingerprint(port: int) -> str:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+        der = tls.getpeercert(binary_form=True)
+    return hashlib.sha256(der or b"").hexdigest()
+
+
+def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
+    api, namespace, headroom_config, start_controller, tmp_path: Path
+):
+    """As the chart runs it: the leader keeps Secret default/headroom-webhook-tls and the
+    caBundle of MutatingWebhookConfiguration `headroom` (the names the rendered RBAC allows)."""
+    headroom_config()
+    certs = tmp_path / "webhook"
+    certs.mkdir()
+    port = free_port()
+    secret = "/api/v1/namespaces/default/secrets/headroom-webhook-tls"
+    with contextlib.suppress(ApiError):
+        api.delete(secret)
+    register(api, "headroom", port, None)  # no caBundle: the controller fills it in
+    mount = SecretMount(api, "default", "headroom-webhook-tls", certs).start()
+    try:
+        c = start_controller(
+            "--webhook-port", str(port), "--webhook-cert-dir", str(certs),
+            "--webhook-secret", "headroom-webhook-tls", "--webhook-names", "127.0.0.1",
+            "--webhook-configuration", "headroom", "--webhook-cert-check", "1", "--webhook-cert-reload", "1",
+        )  # fmt: skip
+        c.wait_for_log("webhook certificate issued")
+        c.wait_for_log("webhook serving", timeout=30)
+        deadline = time.monotonic() + 20
+        while not create(api, namespace, f"first-{int(time.monotonic() * 1000)}")[0]:
+            assert time.monotonic() < deadline, "the API server never trusted the issued certificate"
+            time.sleep(0.5)
+        first = _served_fingerprint(port)
+        # An operator deletes the Secret (or it expires): a new CA and certificate, and through
+        # the whole rotation every new pod is still admitted with its limit.
+        api.delete(secret)
+        results = []
+        deadline = time.monotonic() + 30
+        while _served_fingerprint(port) == first:
+            results.append(create(api, namespace, f"rot-{len(results)}")[0])
+            assert time.monotonic() < deadline, "the rotated certificate was never served"
+            time.sleep(0.3)
+        results += [create(api, namespace, f"after-{i}")[0] for i in range(5)]
+        assert all(results), f"{results.count(False)} of {len(results)} pods failed open during the rotation"
+        c.wait_for_log("webhook certificate reloaded")
+        bundle = api.get(f"{WEBHOOK}/headroom")["webhooks"][0]["clientConfig"]["caBundle"]
+        assert base64.b64decode(bundle).count(b"BEGIN CERTIFICATE") == 2  # old CA kept while it may be served
+        print(f"\nrotation: {len(results)} pods created during and after it, all mutated")
+    finally:
+        mount.stop()
+        with contextlib.suppress(ApiError):
+            api.delete(f"{WEBHOOK}/headroom")
+        with contextlib.suppress(ApiError):
+            api.delete(secret)
