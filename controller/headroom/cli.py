@@ -187,7 +187,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         api = Api(connect(args.kubeconfig, args.context))
         findings = []
-        for finding in checks(api, args.lease_namespace or _own_namespace()):
+        for finding in checks(api, args.lease_namespace or _own_namespace(), args.webhook_configuration or None):
             print(finding)
             findings.append(finding)
     except ApiError as exc:
@@ -305,6 +305,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--lease-namespace", help="where the controller's Lease lives (default: the pod's, else default)")
+    p.add_argument(
+        "--webhook-configuration",
+        default="headroom",
+        help="the MutatingWebhookConfiguration to check end to end (the chart's release name; '' skips it)",
+    )
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("demo", help="run the controller on the example cluster on a local control plane")

@@ -10,6 +10,8 @@ import json
 import socket
 import ssl
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,7 @@ def _served_fingerprint(port: int) -> str:
 
 
 def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
-    api, namespace, headroom_config, start_controller, tmp_path: Path
+    control_plane, api, namespace, headroom_config, start_controller, tmp_path: Path
 ):
     """As the chart runs it: the leader keeps Secret default/headroom-webhook-tls and the
     caBundle of MutatingWebhookConfiguration `headroom` (the names the rendered RBAC allows)."""
@@ -172,6 +174,27 @@ def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
         bundle = api.get(f"{WEBHOOK}/headroom")["webhooks"][0]["clientConfig"]["caBundle"]
         assert base64.b64decode(bundle).count(b"BEGIN CERTIFICATE") == 2  # old CA kept while it may be served
         print(f"\nrotation: {len(results)} pods created during and after it, all mutated")
+        # `headroom doctor` sees the webhook work end to end ...
+        admin = str(control_plane.kubeconfig())
+        doctor = [
+            sys.executable,
+            "-m",
+            "headroom",
+            "doctor",
+            "--kubeconfig",
+            admin,
+            "--webhook-configuration",
+            "headroom",
+        ]
+        r = subprocess.run(doctor, capture_output=True, text=True, timeout=60)
+        assert "ok    webhook: a dry-run pod in" in r.stdout, r.stdout
+        # ... and, with the controller gone and a caBundle that trusts the wrong CA, says it fails open.
+        c.stop()
+        register(api, "headroom", port, control_plane.ca_file.read_bytes())
+        r = subprocess.run(doctor, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "FAIL  webhook: a dry-run pod in" in r.stdout and "fails open" in r.stdout, (
+            r.stdout
+        )
     finally:
         mount.stop()
         with contextlib.suppress(ApiError):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from cryptography import x509
 
 from ..core import keys
 from ..core.eligibility import namespace_managed
 from ..core.quantity import QuantityError, cpu_milli
 from .api import Api, ApiError
+from .certs import WEBHOOK_NAME
 from .discovery import discover
 from .live import read_cluster
 
@@ -56,7 +60,88 @@ def _unreadable(check: str, what: str) -> Finding:
     return Finding(WARN, check, f"not checked: this identity may not list {what}; run doctor as a cluster admin")
 
 
-def checks(api: Api, lease_namespace: str = "default") -> Iterator[Finding]:
+def webhook_checks(api: Api, name: str, managed: list[str], dry_run: bool) -> Iterator[Finding]:
+    """The webhook end to end: its configuration exists, its caBundle trusts the CA of the
+    Secret the controller keeps, and a dry-run pod create comes back with a CPU limit —
+    the only way to see from outside that the API server reaches it and trusts it
+    (`failurePolicy: Ignore` makes every failure silent)."""
+    try:
+        mwc = api.get(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            yield Finding(
+                WARN, "webhook", f"no MutatingWebhookConfiguration {name!r}: new pods get no limit at creation"
+            )
+            return
+        if exc.status == 403:
+            yield _unreadable("webhook", "mutatingwebhookconfigurations")
+            return
+        raise
+    hook = next((h for h in mwc.get("webhooks") or [] if h.get("name") == WEBHOOK_NAME), None)
+    if hook is None:
+        yield Finding(FAIL, "webhook", f"{name} has no webhook named {WEBHOOK_NAME}")
+        return
+    bundle = base64.b64decode((hook.get("clientConfig") or {}).get("caBundle") or "")
+    service = (hook.get("clientConfig") or {}).get("service") or {}
+    if service:
+        try:
+            secret = api.get(f"/api/v1/namespaces/{service.get('namespace')}/secrets/{service.get('name')}-webhook-tls")
+            served_ca = base64.b64decode((secret.get("data") or {}).get("ca.crt") or "")
+            missing = (
+                [
+                    c
+                    for c in x509.load_pem_x509_certificates(served_ca)
+                    if c not in x509.load_pem_x509_certificates(bundle or served_ca)
+                ]
+                if served_ca
+                else []
+            )
+            if not bundle or missing:
+                yield Finding(
+                    FAIL,
+                    "webhook",
+                    f"{name}'s caBundle does not trust the CA of the certificate the webhook serves: it fails open; restart the controller's leader or check its log",
+                )
+        except (ApiError, ValueError):
+            pass  # the Secret is unreadable to this identity, or cert-manager keeps it
+    if not managed:
+        yield Finding(WARN, "webhook", "not tried: no managed namespace to create a dry-run pod in")
+        return
+    if dry_run:
+        yield Finding(
+            OK, "webhook", "not tried: HeadroomConfig is in dry-run, so the webhook mutates nothing by design"
+        )
+        return
+    out: dict[str, Any] | None = None
+    refusal = ""
+    for ns in managed[:5]:  # a namespace being deleted refuses new pods: try the next
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "headroom-doctor-", "namespace": ns},
+            "spec": {"containers": [{"name": "probe", "image": "probe", "resources": {"requests": {"cpu": "100m"}}}]},
+        }
+        try:
+            out = api.post(f"/api/v1/namespaces/{ns}/pods", probe, params={"dryRun": "All"})
+            break
+        except ApiError as exc:
+            refusal = f"{ns}: {exc.message}"
+    if out is None:
+        yield Finding(WARN, "webhook", f"not tried: dry-run pod creates were refused ({refusal})")
+        return
+    limits = ((out.get("spec") or {}).get("containers") or [{}])[0].get("resources", {}).get("limits") or {}
+    if "cpu" in limits:
+        yield Finding(OK, "webhook", f"a dry-run pod in {ns} was given a CPU limit ({limits['cpu']}) by the webhook")
+    else:
+        yield Finding(
+            FAIL,
+            "webhook",
+            f"a dry-run pod in {ns} came back without a CPU limit: the webhook fails open (not reachable, "
+            "not ready, or its caBundle does not match the served certificate)",
+        )
+
+
+def checks(api: Api, lease_namespace: str = "default", webhook: str | None = "headroom") -> Iterator[Finding]:
     facts = discover(api)
     version = facts.version
     if version is None or version < (1, 35):
@@ -150,6 +235,8 @@ def checks(api: Api, lease_namespace: str = "default") -> Iterator[Finding]:
                 f"{ns}/{vpa['metadata']['name']} scales limits too (RequestsAndLimits): it and "
                 "Headroom would fight; set controlledValues: RequestsOnly",
             )
+    if webhook:
+        yield from webhook_checks(api, webhook, sorted(managed), settings.dry_run)
     windows = [n.name for n in snap.nodes if n.windows]
     if windows:
         yield Finding(
