@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import SecretMount
+from cluster_helpers import SecretMount, profile
 from factories import container, pod
 from headroom.cluster.api import Api, ApiError
 from headroom.sim.controlplane import free_port
@@ -116,6 +116,31 @@ def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
         metrics = c.http("/metrics", c.metrics_port)[1]
         assert 'headroom_webhook_requests_total{result="mutated"} 40.0' in metrics
         assert 'headroom_webhook_requests_total{result="malformed"} 3.0' in metrics
+        # A paused pool, then a dry-run cluster: the webhook writes nothing either.
+        profile(api, f"paused-{port}", {"pool": "p"}, paused=True)
+        try:
+            deadline = time.monotonic() + 10
+            while True:  # once the controller has seen the profile, pods for that pool are left alone
+                body = pod(
+                    f"paused-{int(time.monotonic() * 1000)}",
+                    namespace=namespace,
+                    node=None,
+                    containers=[container(cpu="500m", mem_limit=None)],
+                )
+                body.pop("status")
+                body["spec"]["nodeSelector"] = {"pool": "p"}
+                out = api.post(f"/api/v1/namespaces/{namespace}/pods", body)
+                if "limits" not in out["spec"]["containers"][0]["resources"]:
+                    break
+                assert time.monotonic() < deadline, "the webhook still mutates pods for a paused pool"
+                time.sleep(0.3)
+        finally:
+            api.delete(f"/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles/paused-{port}")
+        headroom_config(dryRun=True)
+        deadline = time.monotonic() + 10
+        while create(api, namespace, f"dry-{int(time.monotonic() * 1000)}")[0]:
+            assert time.monotonic() < deadline, "the webhook still mutates in dry-run"
+            time.sleep(0.3)
     finally:
         for s in idle:
             s.close()
