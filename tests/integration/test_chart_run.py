@@ -33,7 +33,7 @@ from cluster_helpers import SecretMount
 from headroom.cluster.api import Api, ApiError
 from headroom.sim.controlplane import free_port
 
-VALUES = {"default": [], "production": ["-f", str(ROOT / "examples" / "helm" / "values-production.yaml")]}
+VALUES = {"default": [], "production": ["-f", str(ROOT / "charts" / "kube-headroom" / "ci" / "production-values.yaml")]}
 
 
 def _render(release: str, values: list[str], namespace: str, ports: dict[str, int]) -> list[dict[str, Any]]:
