@@ -162,14 +162,16 @@ def test_validate_exit_codes_and_message_format(tmp_path):
     r = headroom("validate", str(bad))
     assert r.returncode == 1
     lines = r.stdout.splitlines()
-    assert (
-        f"{bad}:8:3: NodePoolProfile/batch: spec.deadband: shrink (0.1) must be less than or equal to grow (0.05)"
-        in lines
+    # Like the API server with strict field validation: an unknown field is reported alone ...
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{bad}:11:3: NodePoolProfile/batch: spec.priorty: unknown field 'priorty'; allowed here:"
     )
-    assert any(
-        line.startswith(f"{bad}:11:3: NodePoolProfile/batch: spec.priorty: unknown field 'priorty'; allowed here:")
-        for line in lines
-    )
+    # ... and once it is fixed, the rules run.
+    bad.write_text(bad.read_text().replace("  priorty: 3\n", ""))
+    r = headroom("validate", str(bad))
+    assert r.stdout.splitlines() == [
+        f"{bad}:8:3: NodePoolProfile/batch: spec.deadband: shrink must be less than or equal to grow"
+    ]
     notyaml = tmp_path / "x.yaml"
     notyaml.write_text("a: [\n")
     r = headroom("validate", str(notyaml))

@@ -21,6 +21,7 @@ from ruamel.yaml.error import YAMLError
 from ..core import keys
 from .models import HeadroomConfig, NodePoolProfile
 from .resolve import resolve
+from .schema import check
 
 KINDS: dict[str, type[BaseModel]] = {keys.CONFIG_KIND: HeadroomConfig, keys.PROFILE_KIND: NodePoolProfile}
 
@@ -140,30 +141,39 @@ def _message(err: Any, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
 
 
 def validate_object(obj: Any, file: str) -> list[Problem]:
-    """Problems of one document; an empty list when it is valid or not one of our kinds."""
+    """Problems of one document; an empty list when it is valid or not one of our objects.
+
+    The verdict is the API server's (api/schema.py: the generated CRD's schema and CEL
+    rules); then the controller's own loader must accept what the server stores — a
+    disagreement there is a bug, reported as such rather than hidden."""
     if not isinstance(obj, dict):
         line, col = _position(obj, ())
         return [Problem(file, line, col, "(document)", "(object)", "is not a mapping; expected a Kubernetes object")]
-    kind = obj.get("kind")
-    if kind not in KINDS:
-        return []
+    api_version = str(obj.get("apiVersion") or "")
+    if not api_version.startswith(f"{keys.GROUP}/") and obj.get("kind") not in KINDS:
+        return []  # not ours to judge
     meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = {}
-    label = f"{kind}/{meta.get('name', '?')}"
-    api_version = obj.get("apiVersion")
-    if not str(api_version or "").startswith(f"{keys.GROUP}/"):
-        return []  # a kind of the same name from another group is not ours to judge
-    model = KINDS[str(kind)]
-    try:
-        model.model_validate(obj)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            line, col = _position(obj, loc)
-            problems.append(Problem(file, line, col, label, _path(loc), _message(err, model, loc)))
+    label = f"{obj.get('kind')}/{meta.get('name', '?') if isinstance(meta, dict) else '?'}"
+    found, stored = check(obj)
+    problems = []
+    for loc, message in found:
+        line, col = _position(obj, loc)
+        problems.append(Problem(file, line, col, label, _path(loc), message))
+    if problems:
         return problems
+    try:
+        KINDS[str(obj["kind"])].model_validate(stored)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        line, col = _position(obj, loc)
+        return [
+            Problem(
+                file, line, col, label, _path(loc),
+                f"the API server would store this, but the controller cannot read it ({err['msg']}); "
+                "please report it as a Headroom bug",
+            )
+        ]  # fmt: skip
     return []
 
 
