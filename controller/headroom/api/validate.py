@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
@@ -22,6 +21,7 @@ from ..core import keys
 from .models import HeadroomConfig, NodePoolProfile
 from .resolve import resolve
 from .schema import check
+from .yamlread import DepthError, load_all
 
 KINDS: dict[str, type[BaseModel]] = {keys.CONFIG_KIND: HeadroomConfig, keys.PROFILE_KIND: NodePoolProfile}
 
@@ -50,11 +50,15 @@ def load_documents(path: Path) -> list[Any]:
     except OSError as exc:
         raise UnreadableFile(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        return [d for d in YAML(typ="rt").load_all(text) if d is not None]
+        return load_all(text)
+    except DepthError as exc:
+        raise UnreadableFile(f"{path}: not a Kubernetes object: {exc}") from None
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "duplicate key" in str(problem):
+            problem = f"{problem} (kubectl would silently keep the last one; Headroom refuses it so nothing is lost)"
         raise UnreadableFile(f"{where}: not valid YAML: {problem}") from None
 
 
@@ -71,14 +75,18 @@ def _position(root: Any, loc: tuple[Any, ...]) -> tuple[int, int]:
     """Line and column (1-based) of the deepest part of `loc` present in the document."""
     node, pos = root, (getattr(root, "lc", None) and (root.lc.line, root.lc.col)) or (0, 0)
     for part in loc:
-        if isinstance(node, CommentedMap) and part in node:
-            pos = node.lc.key(part)
-            node = node[part]
-        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
-            pos = node.lc.item(part)
-            node = node[part]
-        else:
-            break
+        try:
+            if isinstance(node, CommentedMap) and part in node:
+                pos = node.lc.key(part)
+                node = node[part]
+            elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+                pos = node.lc.item(part)
+                node = node[part]
+            else:
+                break
+        except (KeyError, IndexError, TypeError):  # a key brought in by a `<<` merge has no position of its own
+            node = node[part] if isinstance(node, dict) and part in node else node
+            continue
     return pos[0] + 1, pos[1] + 1
 
 
