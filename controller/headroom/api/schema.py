@@ -100,8 +100,6 @@ def _metadata(obj: dict[str, Any]) -> Iterator[Problem]:
                 "with a letter or digit, at most 253 characters"
             ),
         )
-    if meta.get("resourceVersion") not in (None, ""):
-        yield ("metadata", "resourceVersion"), "must not be set in a manifest (it is the server's)"
     for field, values in (("labels", True), ("annotations", False)):
         m = meta.get(field)
         if m is None:
@@ -203,6 +201,13 @@ def _schema_problems(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
             yield loc, f"{err.instance!r} must be an integer or a string"
             continue
         yield loc, _message(err)
+
+
+def _unknown_only(schema: dict[str, Any], value: Any) -> Iterator[Problem]:
+    for err in jsonschema.Draft4Validator(_strict(schema)).iter_errors(value):
+        if err.validator == "additionalProperties":
+            for key in sorted(set(err.instance) - set(err.schema.get("properties", {}))):
+                yield (*tuple(err.absolute_path), key), f"unknown field {key!r}"
 
 
 def _message(err: jsonschema.ValidationError) -> str:
@@ -335,6 +340,12 @@ def check(obj: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
     if problems:
         return problems, obj
     schema = _schemas()[str(kind)]
+    # The server drops `status` on create, but strict decoding still refuses unknown fields in it.
+    status = obj.get("status")
+    if isinstance(status, dict):
+        status_schema = {"type": "object", "properties": {"status": schema["properties"]["status"]}}
+        for loc, message in _unknown_only(status_schema, {"status": status}):
+            problems.append((loc, message))
     body = {k: v for k, v in obj.items() if k != "status"}
     problems.extend(_metadata(body))
     stored = _prune_and_default(body, schema, (), problems)

@@ -52,7 +52,7 @@ def load_documents(path: Path) -> list[Any]:
     try:
         return load_all(text)
     except DepthError as exc:
-        raise UnreadableFile(f"{path}: not a Kubernetes object: {exc}") from None
+        raise UnreadableFile(f"{path}: cannot be read as Kubernetes YAML: {exc}") from None
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -14,6 +14,7 @@ resolved by these rules, and quoted ones stay strings:
   `1.0`), and `.inf`, `-.inf`, `.nan`;
 - then, as the JSON step does, a float that is a whole number within int64 is an integer
   (`priority: 1.0` is `1`, `minBurstFloor: 1e3` is `1000`);
+- `.inf` and `.nan` have no JSON form: kubectl refuses such a file, and so does this;
 - map keys become strings (`yes:` is the key `"true"`), and `<<` merge keys and anchors
   work as in YAML 1.1.
 
@@ -135,12 +136,14 @@ def _resolve(node: Any, depth: int) -> Any:
     if isinstance(node, ScalarString):  # quoted, literal or folded: a string
         return str(node)
     if type(node) is str:
-        return resolve_plain(node)
+        node = resolve_plain(node)
+    if isinstance(node, float) and not math.isfinite(node):
+        raise DepthError(f"{node} has no JSON form: kubectl refuses the file (quote it if it is a string)")
     return node
 
 
 class DepthError(ValueError):
-    """A document nested too deeply to be a Kubernetes object."""
+    """A document kubectl could not turn into JSON: nested too deeply, or holding `.inf`/`.nan`."""
 
 
 def load_all(text: str) -> list[Any]:
