@@ -87,7 +87,8 @@ def _delete(doc: Any, path: tuple[Any, ...]) -> None:
 VALUES: list[Any] = [
     "x", 5, 0.5, True, [], {}, None, -1, 0, 1, 1000, 1001, 10000, 10001, 0.05, 0.1, 1e9,
     "500m", "2", "1.5", "1e1.5", "9" * 70, "1e99", "99e2", "-1", "1Ei", "0", "", " 1",
-    "0s", "600s", "601s", "1h", "25h", "500ms", "1e3s", "1.5s", "2", "10m",
+    "9223372036854775807", "9223372036854775808", "8Ei", "7Ei",
+    "0s", "600s", "601s", "1h", "25h", "500ms", "1e3s", "1.5s", "2", "10m", "500m\n", "2s\n",
     Raw("yes"), Raw("no"), Raw("on"), Raw("off"), Raw("y"), Raw("N"), Raw("~"), Raw("0750"), Raw("08"),
     Raw("1e3"), Raw("1.0"), Raw("0x10"), Raw(".inf"), Raw("1_000"), Raw("99999999999999999999"),
     Raw("2026-01-01"), Raw('"yes"'), Raw("'0750'"),
@@ -145,6 +146,15 @@ def generate(count: int, seed: int = 1129) -> list[Case]:
             )
             _set(base, what, value)
             emit(f"{'.'.join(what)} = {value!r}", base)
+        elif roll < 0.97:  # two documents in one file: the file is accepted only if both are
+            other = copy.deepcopy(rng.choice([b for b in bases if b["kind"] == "NodePoolProfile"]))
+            other["metadata"]["name"] = f"parity-{n}-b"
+            path = rng.choice([p for p in _leaves(other) if p[0] == "spec"])
+            _set(other, path, copy.deepcopy(rng.choice(VALUES)))
+            n += 1
+            cases.append(
+                Case(f"multi-document, second {'.'.join(map(str, path))}", render(base) + "---\n" + render(other))
+            )
         else:
             what, value = rng.choice(
                 [

@@ -14,11 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from chart import TOOLS
+from factories import container, namespace, node, pod
 from headroom.api.resolve import resolve
 from headroom.api.validate import UnreadableFile, load_documents, objects, validate_file
+from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from parity_corpus import generate
 
 KUBECTL = TOOLS / "bin" / "kubectl"
+NODE = node_from_dict(node("n1", labels={"pool": "batch"}))
+PODS = [pod_from_dict(pod(f"p{i}", namespace="team", containers=[container(cpu="250m")])) for i in range(3)]
+NAMESPACES = {"team": namespace_from_dict(namespace("team"))}
 COUNT = 520
 
 # Disagreements that are deliberate, each with its reason: (substring of the case name, reason).

@@ -171,6 +171,10 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items() if k != "x-kubernetes-validations"}
+    pattern = out.get("pattern")
+    if isinstance(pattern, str) and pattern.endswith("$") and not pattern.endswith("\\$"):
+        # Go's `$` matches only at the very end; Python's also before a final newline.
+        out["pattern"] = pattern[:-1] + r"\Z"
     if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
         out.setdefault("additionalProperties", False)
     return out
@@ -246,14 +250,14 @@ class _Quantity:
 
 def _is_quantity(s: Any) -> celtypes.BoolType:
     try:
-        parse_quantity(str(s))
+        parse_quantity(str(s), bounded=False)
     except QuantityError:
         return celtypes.BoolType(False)
     return celtypes.BoolType(True)
 
 
 def _quantity(s: Any) -> Any:
-    return _Quantity(parse_quantity(str(s)))
+    return _Quantity(parse_quantity(str(s), bounded=False))
 
 
 def _compare(a: _Quantity, b: _Quantity) -> celtypes.IntType:

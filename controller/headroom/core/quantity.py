@@ -31,8 +31,10 @@ class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity; the message says what is allowed."""
 
 
-def parse_quantity(value: object) -> Decimal:
-    """Parse `500m`, `1.5`, `2`, `128Mi`, `1e3` (or an int/float) into an exact Decimal."""
+def parse_quantity(value: object, *, bounded: bool = True) -> Decimal:
+    """Parse `500m`, `1.5`, `2`, `128Mi`, `1e3` (or an int/float) into an exact Decimal.
+    `bounded=False` lifts only the int64 value bound (length and exponent stay bounded), for
+    judging a quantity as the API server's CEL `quantity()` does."""
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity; use a number or a string like '500m'")
     if isinstance(value, int):
@@ -65,7 +67,7 @@ def parse_quantity(value: object) -> Decimal:
         result = number.scaleb(int(m["exp"]))
     else:
         result = number
-    return _bounded(value, result)
+    return _bounded(value, result) if bounded else result
 
 
 def _bounded(value: object, result: Decimal) -> Decimal:
