@@ -19,7 +19,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from .api import Api, ApiError
 
 log = logging.getLogger("headroom.watch")
 
-OnList = Callable[[list[dict[str, Any]]], None]
+OnList = Callable[[Iterable[dict[str, Any]]], None]  # consumed once, page by page
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 
@@ -121,14 +121,24 @@ class Reflector:
             delay = min(self.max_backoff, delay * 2)
 
     def _list(self) -> None:
-        items: list[dict[str, Any]] = []
-        version = ""
-        for page in self.api.list_pages(self.path):
-            items.extend(page.get("items") or ())
-            version = (page.get("metadata") or {}).get("resourceVersion", version)
-            self.last_contact = time.monotonic()
-        self.on_list(items)
-        self.resource_version = version
+        """A paginated list, handed to `on_list` page by page: the handler builds its records
+        as the pages arrive, so the whole decoded list is never held (one page at a time)."""
+        version = {"rv": ""}
+
+        def items() -> Iterator[dict[str, Any]]:
+            for page in self.api.list_pages(self.path):
+                version["rv"] = (page.get("metadata") or {}).get("resourceVersion", version["rv"])
+                self.last_contact = time.monotonic()
+                batch = page.get("items") or ()
+                del page  # only this page's items stay alive while they are read
+                yield from batch
+                del batch
+
+        pages = items()
+        self.on_list(pages)
+        for _ in pages:  # a handler that stopped early: the list still completes
+            pass
+        self.resource_version = version["rv"]
         self.relists += 1
         if self.failing is not None:
             log.info("watch recovered: relisted", extra={"path": self.path, "after": self.failing})

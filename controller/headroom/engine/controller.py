@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,10 +232,10 @@ class Controller:
         self._error("record")
         return None
 
-    def _records(self, build: Callable[[dict[str, Any]], Any], items: list[dict[str, Any]]) -> list[Any]:
+    def _records(self, build: Callable[[dict[str, Any]], Any], items: Iterable[dict[str, Any]]) -> list[Any]:
         return [r for r in (self._record(build, obj) for obj in items) if r is not None]
 
-    def _pods_list(self, items: list[dict[str, Any]]) -> None:
+    def _pods_list(self, items: Iterable[dict[str, Any]]) -> None:
         self._queue(self.cache.replace_pods(self._records(pod_from_dict, items)))
 
     def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -251,7 +251,7 @@ class Controller:
         if pod is not None:
             self._queue(self.cache.upsert_pod(pod))
 
-    def _nodes_list(self, items: list[dict[str, Any]]) -> None:
+    def _nodes_list(self, items: Iterable[dict[str, Any]]) -> None:
         self._queue(self.cache.replace_nodes(self._records(node_from_dict, items)))
         self._refresh_pod_level()
 
@@ -263,7 +263,7 @@ class Controller:
         if node is not None:
             self._queue(self.cache.upsert_node(node))
 
-    def _namespaces_list(self, items: list[dict[str, Any]]) -> None:
+    def _namespaces_list(self, items: Iterable[dict[str, Any]]) -> None:
         self._queue(self.cache.replace_namespaces(self._records(namespace_from_dict, items)))
 
     def _namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -274,10 +274,11 @@ class Controller:
         if ns is not None:
             self._queue(self.cache.upsert_namespace(ns))
 
-    def _custom_list(self, kind: str) -> Callable[[list[dict[str, Any]]], None]:
-        def on_list(items: list[dict[str, Any]]) -> None:
+    def _custom_list(self, kind: str) -> Callable[[Iterable[dict[str, Any]]], None]:
+        def on_list(items: Iterable[dict[str, Any]]) -> None:
+            objs = list(items)  # fetched before any lock is taken
             with self._config_lock:
-                self.cache.replace_custom(kind, items)
+                self.cache.replace_custom(kind, objs)
                 self._reconfigure()
 
         return on_list
