@@ -114,3 +114,33 @@ class SecretMount:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def register_webhook(api: Api, name: str, port: int, ca: bytes | None) -> None:
+    """A MutatingWebhookConfiguration like the chart's, calling the webhook on loopback by URL
+    (the test server has no Service network); without `ca`, the controller fills the caBundle."""
+    client: dict[str, Any] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    if ca is not None:
+        client["caBundle"] = base64.b64encode(ca).decode()
+    api.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "pods.kube-headroom.dev",
+                    "admissionReviewVersions": ["v1"],
+                    "sideEffects": "None",
+                    "failurePolicy": "Ignore",
+                    "timeoutSeconds": 2,
+                    "namespaceSelector": {"matchLabels": {"kube-headroom.dev/mode": "managed"}},
+                    "rules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                    ],
+                    "clientConfig": client,
+                }
+            ],
+        },
+        "headroom-tests",
+    )

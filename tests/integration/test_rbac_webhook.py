@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 
 import pytest
 
+from cluster_helpers import register_webhook
 from factories import container, pod
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, ApiError, pod_path
 from headroom.sim.controlplane import free_port
@@ -42,36 +42,6 @@ def test_the_controller_identity_cannot_update_pods_patch_nodes_or_read_secrets(
     ctl.patch(pod_path(namespace, "p"), {"metadata": {"annotations": {"kube-headroom.dev/status": "{}"}}}, MERGE_PATCH)
 
 
-def _register_webhook(api, control_plane, port: int) -> str:
-    name = f"headroom-test-{port}"
-    api.apply(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "pods.kube-headroom.dev",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Ignore",
-                    "timeoutSeconds": 2,
-                    "namespaceSelector": {"matchLabels": {"kube-headroom.dev/mode": "managed"}},
-                    "rules": [
-                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-                    ],
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{port}/mutate",
-                        "caBundle": base64.b64encode(control_plane.ca_file.read_bytes()).decode(),
-                    },
-                }
-            ],
-        },
-        "headroom-tests",
-    )
-    return name
-
-
 def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
     control_plane, api, namespace, headroom_config, start_controller, tmp_path
 ):
@@ -81,7 +51,8 @@ def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
     control_plane.ca.issue(certs, "tls", ["127.0.0.1"])  # tls.crt, tls.key
     port = free_port()
     c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
-    name = _register_webhook(api, control_plane, port)
+    name = f"headroom-test-{port}"
+    register_webhook(api, name, port, control_plane.ca_file.read_bytes())
     other = f"{namespace}-plain"
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
     try:

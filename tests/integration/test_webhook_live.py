@@ -14,42 +14,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from cluster_helpers import SecretMount, profile
+from cluster_helpers import register_webhook as register
 from factories import container, pod
 from headroom.cluster.api import Api, ApiError
 from headroom.sim.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
-
-def register(api: Api, name: str, port: int, ca: bytes | None) -> None:
-    client: dict[str, Any] = {"url": f"https://127.0.0.1:{port}/mutate"}
-    if ca is not None:
-        client["caBundle"] = base64.b64encode(ca).decode()
-    api.apply(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [
-                {
-                    "name": "pods.kube-headroom.dev",
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Ignore",
-                    "timeoutSeconds": 2,
-                    "namespaceSelector": {"matchLabels": {"kube-headroom.dev/mode": "managed"}},
-                    "rules": [
-                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-                    ],
-                    "clientConfig": client,
-                }
-            ],
-        },
-        "headroom-tests",
-    )
 
 
 def create(api: Api, ns: str, name: str) -> tuple[bool, float]:
