@@ -407,7 +407,7 @@ class Controller:
             if (cert_dir / "tls.crt").is_file() and (cert_dir / "tls.key").is_file():
                 try:
                     self._servers.append(
-                        webhook.serve(
+                        webhook.WebhookServer(
                             self.options.webhook_port,
                             cert_dir,
                             self.cache.namespace,
@@ -416,7 +416,7 @@ class Controller:
                             self.inputs_problem,
                             self.metrics.observe_webhook,
                             self.options.webhook_cert_reload,
-                        )
+                        ).start()
                     )
                     log.info("webhook serving", extra={"port": self.options.webhook_port})
                     return

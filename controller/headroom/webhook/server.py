@@ -203,16 +203,3 @@ class WebhookServer:
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(stop(), self._loop)
             self._stopped.wait(5)
-
-
-def serve(
-    port: int,
-    cert_dir: Path,
-    namespace: Callable[[str], Namespace | None],
-    resolver: Callable[[], Resolver],
-    host: str = "0.0.0.0",
-    blocked: Callable[[], str | None] = lambda: None,
-    observe: Callable[[str, float], None] = lambda result, seconds: None,
-    reload_every: float = RELOAD_EVERY,
-) -> WebhookServer:
-    return WebhookServer(port, cert_dir, namespace, resolver, host, blocked, observe, reload_every).start()
