@@ -68,7 +68,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     key = args.pod if "/" in args.pod else f"{args.namespace}/{args.pod}"
     text = output.explain(_snapshot_plan(args), key)
     if text is None:
-        raise UsageError(f"pod {key} is not in {args.snapshot}; name it as NAMESPACE/NAME or use -n")
+        where = args.snapshot or "the cluster"
+        raise UsageError(f"pod {key} is not in {where}; name it as NAMESPACE/NAME or use -n NAMESPACE")
     print(text)
     return 0
 

@@ -114,8 +114,10 @@ def plan_table(plan: ClusterPlan) -> str:
             ]
         )
     pods = [["NAMESPACE", "POD", "NODE", "REASON", "REQUEST", "LIMIT", "TARGET", "WRITE"]]
+    dry_run = {pp.pod.key: n.settings.dry_run for n in plan.nodes for pp in n.pods}
     for p in plan.all_pods():
         t = p.target
+        write = "-" if t is None else "no" if not t.apply else "dry-run" if dry_run.get(p.pod.key) else "yes"
         pods.append(
             [
                 p.pod.namespace,
@@ -125,7 +127,7 @@ def plan_table(plan: ClusterPlan) -> str:
                 format_milli(t.request if t else p.pod.booked_cpu),
                 _current(p),
                 format_milli(t.target) if t else "-",
-                ("yes" if t.apply else "no") if t else "-",
+                write,
             ]
         )
     warnings = [f"warning: {p.pod.key}: {p.warning}" for p in plan.all_pods() if p.warning]

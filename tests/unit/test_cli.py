@@ -234,3 +234,42 @@ def test_boolean_flags_take_the_forms_kubernetes_components_take(flags, expected
 def test_a_boolean_flag_with_a_wrong_value_says_what_to_write():
     r = headroom("run", "--leader-elect=maybe")
     assert r.returncode == 2 and "'maybe' is not a boolean; use true or false" in r.stderr
+
+
+def test_every_run_flag_is_documented_in_operations():
+    """docs/operations.md lists every flag of `headroom run` (the parser is the source)."""
+    from headroom.cli import parser
+
+    run = next(a for a in parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]  # type: ignore[union-attr]
+    flags = {o for action in run._actions for o in action.option_strings if o.startswith("--") and o != "--help"}
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    missing = sorted(f for f in flags if f"`{f}" not in doc and f != "--no-leader-elect")
+    assert missing == [], f"flags missing from docs/operations.md: {missing}"
+
+
+def test_plan_says_dry_run_where_a_write_would_happen_in_dry_run(tmp_path):
+    from ruamel.yaml import YAML
+
+    docs = list(YAML(typ="safe").load_all((ROOT / "examples" / "cluster-snapshot.yaml").read_text()))
+    for doc in docs:
+        for obj in doc.get("items", [doc]) if isinstance(doc, dict) else []:
+            if obj.get("kind") == "HeadroomConfig":
+                obj.setdefault("spec", {})["dryRun"] = True
+    snap = tmp_path / "snap.yaml"
+    with snap.open("w") as f:
+        YAML(typ="safe").dump_all(docs, f)
+
+    def writes(path):
+        r = headroom("plan", "--snapshot", str(path))
+        assert r.returncode == 0, r.stderr
+        rows = [line.split() for line in r.stdout.splitlines()]
+        return {row[-1] for row in rows if len(row) == 8 and row[0] != "NAMESPACE"}
+
+    assert "yes" in writes(ROOT / "examples" / "cluster-snapshot.yaml")  # active: some pods would be written
+    dry = writes(snap)
+    assert "dry-run" in dry and "yes" not in dry
+
+
+def test_explain_names_where_it_looked_for_a_missing_pod():
+    r = headroom("explain", "nope/none", "--snapshot", "examples/cluster-snapshot.yaml")
+    assert r.returncode != 0 and "pod nope/none is not in examples/cluster-snapshot.yaml" in r.stderr

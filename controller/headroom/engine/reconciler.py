@@ -22,6 +22,7 @@ from .config import ConfigState
 log = logging.getLogger("headroom.reconcile")
 
 
+WOULD_APPLY = "would-apply"  # a dry run applies nothing: it counts what it would have written
 CONFLICT_DELAY = 1.0  # a 409: the cache is behind; give the watch a moment to catch up
 BLOCKED_DELAY = 1.0  # the view is incomplete: look again shortly
 
@@ -199,7 +200,7 @@ class Reconciler:
                 return True
         if wrote_resize or annotation_due(pod, t, settings):
             if settings.dry_run and t.apply:
-                self.on_outcome(APPLIED, True)
+                self.on_outcome(WOULD_APPLY, True)
                 self.writer.event(
                     pod,
                     "Normal",
