@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,12 +46,33 @@ def build_script() -> Path:
     )
 
 
-def build() -> Path:
-    """Build (or reuse) the binaries; the directory holding them."""
-    proc = subprocess.run([str(build_script())], capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise ControlPlaneError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "build.sh failed")
-    return Path(proc.stdout.strip().splitlines()[-1])
+OFFLINE = "without Go, `headroom plan --snapshot examples/cluster-snapshot.yaml` shows the same targets offline"
+
+
+def build(progress: bool = False) -> Path:
+    """Build (or reuse) the binaries; the directory holding them. With `progress`, the
+    build's own output is shown as it goes (the first build takes minutes)."""
+    if progress and not _built():
+        print("building kube-apiserver and etcd from Go modules (once, several minutes) ...", file=sys.stderr)
+    proc = subprocess.Popen([str(build_script())], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    err: list[str] = []
+    for line in proc.stderr:
+        err.append(line)
+        if progress:
+            print(f"  {line.rstrip()}", file=sys.stderr)
+    out = proc.stdout.read()
+    if proc.wait() != 0:
+        last = err[-1].strip() if err else "build.sh failed"
+        raise ControlPlaneError(f"{last}; {OFFLINE}")
+    return Path(out.strip().splitlines()[-1])
+
+
+def _built() -> bool:
+    """Whether build.sh would only reuse binaries (a cheap look at its output directory)."""
+    override = os.environ.get("HEADROOM_TESTENV_DIR")
+    dirs = [Path(override)] if override else list((build_script().parents[2] / ".cache" / "testenv").glob("v*"))
+    return any((d / "kube-apiserver").exists() and (d / "etcd").exists() for d in dirs)
 
 
 def free_port() -> int:

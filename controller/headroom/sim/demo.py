@@ -82,7 +82,7 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
     logs.setup("text", "warning")
     items = [o for o in read_objects(snapshot) if isinstance(o, dict)]
     say("building kube-apiserver and etcd (cached after the first run) ...")
-    cp = ControlPlane(build())
+    cp = ControlPlane(build(progress=True))
     controller: Controller | None = None
     kubelets: list[SimulatedKubelet] = []
     try:
