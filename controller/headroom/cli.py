@@ -103,6 +103,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(p)
     if merged and status == 0:
         status = 1
+    if status == 0 and total == 0:
+        print(
+            f"error: no HeadroomConfig or NodePoolProfile in {len(args.files)} file(s): nothing was checked "
+            "(wrong files, or objects without apiVersion/kind?)",
+            file=sys.stderr,
+        )
+        return 1
     if status == 0:
         print(f"ok: {total} HeadroomConfig/NodePoolProfile object(s) valid in {len(args.files)} file(s)")
     return status

@@ -164,7 +164,7 @@ def test_validate_exit_codes_and_message_format(tmp_path):
     lines = r.stdout.splitlines()
     # Like the API server with strict field validation: an unknown field is reported alone ...
     assert len(lines) == 1 and lines[0].startswith(
-        f"{bad}:11:3: NodePoolProfile/batch: spec.priorty: unknown field 'priorty'; allowed here:"
+        f"{bad}:11:3: NodePoolProfile/batch: spec.priorty: unknown field 'priorty' (did you mean 'priority'?); allowed here:"
     )
     # ... and once it is fixed, the rules run.
     bad.write_text(bad.read_text().replace("  priorty: 3\n", ""))
@@ -273,3 +273,19 @@ def test_plan_says_dry_run_where_a_write_would_happen_in_dry_run(tmp_path):
 def test_explain_names_where_it_looked_for_a_missing_pod():
     r = headroom("explain", "nope/none", "--snapshot", "examples/cluster-snapshot.yaml")
     assert r.returncode != 0 and "pod nope/none is not in examples/cluster-snapshot.yaml" in r.stderr
+
+
+def test_validate_suggests_the_field_meant_and_refuses_a_file_with_nothing_to_check(tmp_path):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n"
+        "spec:\n  maxMultipler: 3\n  rateLimits: {client_qps: 5}\n"
+    )
+    r = headroom("validate", str(typo))
+    assert r.returncode == 1
+    assert "unknown field 'maxMultipler' (did you mean 'maxMultiplier'?)" in r.stdout
+    assert "unknown field 'client_qps' (did you mean 'clientQPS'?)" in r.stdout
+    empty = tmp_path / "other.yaml"
+    empty.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    r = headroom("validate", str(empty))
+    assert r.returncode == 1 and "no HeadroomConfig or NodePoolProfile" in r.stderr

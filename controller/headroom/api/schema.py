@@ -20,6 +20,7 @@ order the server does:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Iterator
@@ -193,8 +194,11 @@ def _schema_problems(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
         if err.validator == "additionalProperties":
             extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
             for key in extra:
-                allowed = ", ".join(sorted(err.schema.get("properties", {})))
-                yield (*loc, key), f"unknown field {key!r}; allowed here: {allowed}"
+                props = sorted(err.schema.get("properties", {}))
+                yield (
+                    (*loc, key),
+                    f"unknown field {key!r}{_did_you_mean(str(key), props)}; allowed here: {', '.join(props)}",
+                )
             continue
         if err.validator == "required":
             for key in err.validator_value:
@@ -212,6 +216,14 @@ def _unknown_only(schema: dict[str, Any], value: Any) -> Iterator[Problem]:
         if err.validator == "additionalProperties":
             for key in sorted(set(err.instance) - set(err.schema.get("properties", {}))):
                 yield (*tuple(err.absolute_path), key), f"unknown field {key!r}"
+
+
+def _did_you_mean(key: str, allowed: list[str]) -> str:
+    """`; did you mean 'maxMultiplier'?` for a near miss (a typo, another case, snake_case)."""
+    folded = {a.lower().replace("_", ""): a for a in allowed}
+    exact = folded.get(key.lower().replace("_", ""))
+    close = [exact] if exact else difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _message(err: jsonschema.ValidationError) -> str:
