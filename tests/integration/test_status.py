@@ -45,7 +45,8 @@ def test_config_status_reports_counts_capabilities_pools_and_generations(
                 "podsResize": True,
                 "inPlacePodLevelResources": True,
             }
-            assert {"name": "st", "nodes": 1, "managedPods": 1} in s["pools"]
+            assert {"name": "st", "mode": "Active", "nodes": 1, "managedPods": 1} in s["pools"]
+            assert "(default)" in {p["name"] for p in s["pools"]}  # the nodes no profile selects
             assert {c["type"] for c in s["conditions"]} == {"Ready", "Reconciling", "Stalled", "DryRun"}
             assert cond(cfg, "Reconciling")["status"] == "False" and cond(cfg, "Stalled")["status"] == "False"
             assert cfg["metadata"]["managedFields"][-1]["manager"] == "headroom"
@@ -60,6 +61,13 @@ def test_config_status_reports_counts_capabilities_pools_and_generations(
             )
             assert cfg["status"]["mode"] == "DryRun" and cond(cfg, "DryRun")["status"] == "True"
             assert cond(cfg, "Ready")["observedGeneration"] == gen
+            # an active cluster whose only node is in a paused pool reads Paused, not Active (with
+            # an active pool beside it, Mixed); the paused pool still counts its pods
+            headroom_config()
+            profile(api, "st", {"pool": "st"}, paused=True)
+            cfg = wait_for(api, f"{GROUP}/headroomconfigs/cluster", lambda o: o["status"].get("mode") == "Paused")
+            (st,) = [p for p in cfg["status"]["pools"] if p["name"] == "st"]
+            assert st["mode"] == "Paused" and st["managedPods"] == 1
 
             # converged: nothing more is written
             settled = api.get(f"{GROUP}/headroomconfigs/cluster")["metadata"]["resourceVersion"]

@@ -203,3 +203,25 @@ def test_healthz_fails_when_a_thread_died_or_a_watch_went_silent():
     ok, why = c.healthy()
     assert not ok and why.startswith("nothing heard from the watch of /api/v1/pods")
     assert c.inputs_problem() == "the first list of /api/v1/pods has not completed"
+
+
+def test_config_mode_is_mixed_when_pools_differ():
+    from headroom.api.resolve import resolve
+    from headroom.engine.status import NodeStat, StatusWriter
+
+    res = resolve(
+        [{"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}],
+        [
+            {
+                "apiVersion": "kube-headroom.dev/v1alpha1",
+                "kind": "NodePoolProfile",
+                "metadata": {"name": "batch"},
+                "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "dryRun": True},
+            }
+        ],
+    )
+    sw = StatusWriter(None, None, lambda kind: [], lambda: res, lambda: {})  # type: ignore[arg-type]
+    sw.nodes = {"a": NodeStat(pool="batch", managed=2), "b": NodeStat(pool="", managed=1)}
+    status = sw.config_status({"metadata": {"name": "cluster", "generation": 1}})
+    assert status["mode"] == "Mixed"
+    assert {p["name"]: p["mode"] for p in status["pools"]} == {"(default)": "Active", "batch": "DryRun"}

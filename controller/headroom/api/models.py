@@ -185,7 +185,8 @@ class Capabilities(Model):
 class PoolStatus(Model):
     """Counts for one node pool."""
 
-    name: str = Field(description="NodePoolProfile name; empty for nodes no profile selects.")
+    name: str = Field(description="NodePoolProfile name; (default) for the nodes no profile selects.")
+    mode: Literal["DryRun", "Paused", "Active"] | None = Field(default=None, description="The pool's mode.")
     nodes: int = Field(default=0, ge=0, description="Nodes in the pool.")
     managed_pods: int = Field(default=0, ge=0, description="Managed pods on those nodes.")
 
@@ -206,11 +207,15 @@ class HeadroomConfigStatus(Model):
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled and DryRun.", json_schema_extra=_CONDITIONS
     )
-    mode: Literal["DryRun", "Active"] | None = Field(
-        default=None, description="DryRun when no resize is written, Active otherwise."
+    mode: Literal["DryRun", "Active", "Paused", "Mixed"] | None = Field(
+        default=None,
+        description="DryRun when no resize is written, Active when every pool writes, Paused when every node's "
+        "pool is paused, Mixed when pools differ (see pools[].mode).",
     )
     nodes: int | None = Field(default=None, description="Nodes seen.")
-    managed_pods: int | None = Field(default=None, description="Pods whose CPU limit Headroom manages.")
+    managed_pods: int | None = Field(
+        default=None, description="Pods whose CPU limit Headroom manages (pods in paused pools included)."
+    )
     unmanaged_pods: int | None = Field(default=None, description="Bound pods Headroom leaves alone.")
     pods_at_target: int | None = Field(
         default=None, description="Managed pods whose limits are within the deadband of their target."
@@ -223,7 +228,7 @@ class HeadroomConfigStatus(Model):
     )
     capabilities: Capabilities | None = Field(default=None, description="What the cluster supports.")
     pools: list[PoolStatus] | None = Field(
-        default=None, description="Counts per NodePoolProfile, plus one with an empty name for unmatched nodes."
+        default=None, description="Counts and mode per NodePoolProfile, plus one named (default) for unmatched nodes."
     )
 
 

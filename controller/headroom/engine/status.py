@@ -22,6 +22,8 @@ from ..api.resolve import FROZEN, LAST_VALID, Resolution
 from ..cluster.api import Api, ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
+from ..core.eligibility import POOL_PAUSED
+from ..core.params import Settings
 from ..core.planner import NodePlan
 
 log = logging.getLogger("headroom.status")
@@ -54,6 +56,15 @@ class Facts:
     pod_level: bool = False
     applied: int = 0
     failed: int = 0
+
+
+DEFAULT_POOL = "(default)"  # the nodes no NodePoolProfile selects
+
+
+def _mode(settings: Settings | None) -> str:
+    if settings is None:
+        return "Active"
+    return "DryRun" if settings.dry_run else "Paused" if settings.paused else "Active"
 
 
 def _cond(kind: str, status: str, reason: str, message: str, generation: int) -> dict[str, Any]:
@@ -92,6 +103,10 @@ class StatusWriter:
     def observe(self, plan: NodePlan) -> None:
         managed = at_target = pending = unmanaged = 0
         for pp in plan.pods:
+            if pp.reason == POOL_PAUSED:  # managed, with their limits held while the pool is paused
+                managed += 1
+                at_target += 1
+                continue
             if pp.target is None:
                 unmanaged += 0 if pp.pod.terminal else 1
                 continue
@@ -210,10 +225,13 @@ class StatusWriter:
             entry = pools.setdefault(stat.pool, [0, 0])
             entry[0] += 1
             entry[1] += stat.managed
+        modes = {name: _mode(resolver.settings_of(name) if name else resolver.base) for name in pools}
+        used = {modes[name] for name, (nodes, _) in pools.items() if nodes}
         status: dict[str, Any] = {
             "observedGeneration": int(obj["metadata"].get("generation") or 0),
             "conditions": conds,
-            "mode": "DryRun" if dry_run else "Active",
+            # Mixed when pools differ (a dry-run or paused pool in an active cluster).
+            "mode": "DryRun" if dry_run else used.pop() if len(used) == 1 else "Mixed" if used else "Active",
             "nodes": len(self.nodes),
             "managedPods": sum(s.managed for s in self.nodes.values()),
             "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
@@ -226,7 +244,10 @@ class StatusWriter:
                 "podsResize": self.facts.pods_resize,
                 "inPlacePodLevelResources": self.facts.pod_level,
             },
-            "pools": [{"name": n, "nodes": v[0], "managedPods": v[1]} for n, v in sorted(pools.items())],
+            "pools": [
+                {"name": n or DEFAULT_POOL, "mode": modes[n], "nodes": v[0], "managedPods": v[1]}
+                for n, v in sorted(pools.items())
+            ],
         }
         if self.last_reconcile:
             status["lastReconcileTime"] = self.last_reconcile
