@@ -141,7 +141,7 @@ def test_printer_columns(api: Api, crds_installed):
                         "type": "Ready",
                         "status": "True",
                         "reason": "Reconciled",
-                        "message": "",
+                        "message": "3 node(s) computed",
                         "lastTransitionTime": "2026-11-29T00:00:00Z",
                     }
                 ],
@@ -150,12 +150,24 @@ def test_printer_columns(api: Api, crds_installed):
         api.patch(object_path(cfg) + "/status", status, MERGE_PATCH)
         t = _table(api, "headroomconfigs")
         cols = [c["name"] for c in t["columnDefinitions"]]
-        assert cols == ["Name", "Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason"]
+        assert cols == ["Name", "Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason", "Message"]
         wide = [c["name"] for c in t["columnDefinitions"] if c["priority"] == 1]
-        assert wide == ["Pending", "Reason"]
+        assert wide == ["Pending", "Reason", "Message"]
         row = t["rows"][0]["cells"]
-        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:] == [1, "Reconciled"]
+        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:] == [
+            1,
+            "Reconciled",
+            "3 node(s) computed",
+        ]
 
+        conflict = {
+            "type": "Conflict",
+            "status": "True",
+            "reason": "Overlap",
+            "message": "selects 2 node(s) another profile wins: 'gpu' on 2 node(s)",
+            "lastTransitionTime": "2026-11-29T00:00:00Z",
+        }
+        api.patch(object_path(prof) + "/status", {"status": {"matchedNodes": 0, "conditions": [conflict]}}, MERGE_PATCH)
         t = _table(api, "nodepoolprofiles")
         assert [c["name"] for c in t["columnDefinitions"]] == [
             "Name",
@@ -165,9 +177,15 @@ def test_printer_columns(api: Api, crds_installed):
             "Managed",
             "Factor",
             "Mode",
+            "Conflict",
             "Age",
+            "Pending",
+            "Message",
+            "Ready Message",
         ]
-        assert t["rows"][0]["cells"][:3] == ["tbl", None, 7]
+        cells = t["rows"][0]["cells"]
+        assert cells[:4] == ["tbl", None, 7, 0] and cells[7] == "True"  # a conflict reads as one
+        assert cells[10] == conflict["message"]
     finally:
         api.delete(object_path(cfg))
         api.delete(object_path(prof))

@@ -60,9 +60,9 @@ def test_crd_names_columns_and_rules():
     assert (hrc["scope"], hrc["names"]["shortNames"], hrc["names"]["categories"]) == ("Cluster", ["hrc"], ["headroom"])
     assert (npp["names"]["shortNames"], npp["names"]["categories"]) == (["npp"], ["headroom"])
     cols = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"]]
-    assert cols == ["Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason"]
+    assert cols == ["Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason", "Message"]
     wide = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Pending", "Reason"]
+    assert wide == ["Pending", "Reason", "Message"]
     assert [c["name"] for c in npp["versions"][0]["additionalPrinterColumns"]] == [
         "Ready",
         "Priority",
@@ -70,7 +70,11 @@ def test_crd_names_columns_and_rules():
         "Managed",
         "Factor",
         "Mode",
+        "Conflict",
         "Age",
+        "Pending",
+        "Message",
+        "Ready Message",
     ]
     root = hrc["versions"][0]["schema"]["openAPIV3Schema"]
     assert "self.metadata.name == 'cluster'" in root["x-kubernetes-validations"][0]["rule"]
