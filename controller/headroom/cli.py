@@ -56,9 +56,22 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = _snapshot_plan(args)
+    plan = output.filter_plan(
+        _snapshot_plan(args),
+        node=args.node,
+        pool=args.pool,
+        namespace=args.namespace,
+        reason=args.reason,
+        only_changes=args.only_changes,
+    )
     if args.output == "json":
         print(json.dumps(output.plan_json(plan), indent=2))
+    elif args.output == "yaml":
+        from ruamel.yaml import YAML
+
+        yaml = YAML(typ="safe", pure=True)
+        yaml.default_flow_style = False
+        yaml.dump(output.plan_json(plan), sys.stdout)
     else:
         print(output.plan_table(plan))
     return 0
@@ -300,7 +313,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="what the controller would do, read-only")
     _snapshot_args(p)
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.add_argument("--node", help="only this node")
+    p.add_argument("--pool", help="only the nodes of this NodePoolProfile ((default): nodes no profile selects)")
+    p.add_argument("-n", "--namespace", help="only pods in this namespace")
+    p.add_argument("--reason", help="only pods with this reason (Managed, PoolPaused, BackingOff, ...)")
+    p.add_argument("--only-changes", action="store_true", help="only pods the controller would write")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("explain", help="the arithmetic behind one pod's limit")

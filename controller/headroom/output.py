@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .core.planner import ClusterPlan, NodePlan, PodPlan
@@ -74,6 +75,33 @@ def pod_json(p: PodPlan) -> dict[str, Any]:
             for c in pod.containers
         ],
     }
+
+
+def filter_plan(
+    plan: ClusterPlan,
+    *,
+    node: str | None = None,
+    pool: str | None = None,
+    namespace: str | None = None,
+    reason: str | None = None,
+    only_changes: bool = False,
+) -> ClusterPlan:
+    """The part of a plan a question is about; node totals stay those of the whole node."""
+
+    def keep(p: PodPlan) -> bool:
+        return (
+            (namespace is None or p.pod.namespace == namespace)
+            and (reason is None or p.reason == reason)
+            and (not only_changes or (p.target is not None and p.target.apply))
+        )
+
+    nodes = [
+        replace(n, pods=tuple(p for p in n.pods if keep(p)))
+        for n in plan.nodes
+        if (node is None or n.node.name == node) and (pool is None or (n.settings.pool or "(default)") == pool)
+    ]
+    unbound = [p for p in plan.unbound if node is None and pool is None and keep(p)]
+    return ClusterPlan(nodes, unbound)
 
 
 def plan_json(plan: ClusterPlan) -> dict[str, Any]:

@@ -289,3 +289,29 @@ def test_validate_suggests_the_field_meant_and_refuses_a_file_with_nothing_to_ch
     empty.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     r = headroom("validate", str(empty))
     assert r.returncode == 1 and "no HeadroomConfig or NodePoolProfile" in r.stderr
+
+
+def test_plan_filters_and_yaml_answer_the_question_asked():
+    full = json.loads(headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "json").stdout)
+    batch = json.loads(
+        headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "json", "--pool", "batch").stdout
+    )
+    assert batch["nodes"] and {n["pool"] for n in batch["nodes"]} == {"batch"}
+    assert {p["node"] for p in batch["pods"]} <= {n["name"] for n in batch["nodes"]}
+    changes = json.loads(
+        headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "json", "--only-changes").stdout
+    )
+    assert changes["pods"] and all(p["apply"] for p in changes["pods"])
+    assert len(changes["pods"]) < len(full["pods"])
+    ns = json.loads(headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "json", "-n", "shop").stdout)
+    assert ns["pods"] and {p["namespace"] for p in ns["pods"]} == {"shop"}
+    reason = json.loads(
+        headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "json", "--reason", "Managed").stdout
+    )
+    assert reason["pods"] and {p["reason"] for p in reason["pods"]} == {"Managed"}
+    from ruamel.yaml import YAML
+
+    as_yaml = YAML(typ="safe").load(
+        headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "yaml").stdout
+    )
+    assert as_yaml == full
