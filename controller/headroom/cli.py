@@ -230,6 +230,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"demo failed: {exc}") from None
 
 
+def completion_script(shell: str) -> str:
+    """A completion script generated from this parser, so it never falls behind it."""
+    ap = parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    cases = []
+    for name, p in sorted(sub.choices.items()):
+        opts = sorted(o for a in p._actions for o in a.option_strings if a.help != argparse.SUPPRESS)
+        extra = " bash zsh" if name == "completion" else ""
+        cases.append(f'    {name}) opts="{" ".join(opts)}{extra}" ;;')
+    body = "\n".join(cases)
+    script = f"""_headroom() {{
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" opts=""
+  if [ "$COMP_CWORD" -eq 1 ]; then
+    COMPREPLY=( $(compgen -W "{' '.join(sorted(sub.choices))} --help --version" -- "$cur") )
+    return
+  fi
+  case "${{COMP_WORDS[1]}}" in
+{body}
+  esac
+  if [[ "$cur" == -* || "${{COMP_WORDS[1]}}" == completion ]]; then
+    COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
+  else
+    COMPREPLY=( $(compgen -f -- "$cur") )
+  fi
+}}
+complete -o filenames -F _headroom headroom kubectl-headroom
+"""
+    if shell == "zsh":
+        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
+    return script
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(completion_script(args.shell), end="")
+    return 0
+
+
 def _flag_bool(text: str) -> bool:
     """A boolean flag's value as Kubernetes components spell it (`--flag=true|false`)."""
     value = text.strip().lower()
@@ -357,6 +394,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--context", help="with --live: kubeconfig context")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script: source <(headroom completion bash), or for zsh the same with zsh",
+    )
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("crds", help="print, write or check the generated CRDs")
     p.add_argument("--dir", default="crds", help="directory of the CRD files (default: crds)")

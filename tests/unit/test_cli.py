@@ -315,3 +315,26 @@ def test_plan_filters_and_yaml_answer_the_question_asked():
         headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "yaml").stdout
     )
     assert as_yaml == full
+
+
+@pytest.mark.parametrize(
+    "words,cword,expected",
+    [
+        (["headroom", "pl"], 1, ["plan"]),
+        (["headroom", "plan", "--only"], 2, ["--only-changes"]),
+        (["headroom", "run", "--leader"], 2, ["--leader-elect"]),
+        (["kubectl-headroom", "val"], 1, ["validate"]),
+    ],
+)
+def test_bash_completion_completes_commands_and_flags_from_the_parser(words, cword, expected, tmp_path):
+    script = tmp_path / "completion.bash"
+    r = headroom("completion", "bash")
+    assert r.returncode == 0
+    script.write_text(r.stdout)
+    words_text = " ".join(f"'{w}'" for w in words)
+    probe = (
+        f'source {script}; COMP_WORDS=({words_text}); COMP_CWORD={cword}; _headroom; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    )
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == expected
