@@ -89,6 +89,11 @@ class Metrics:
             registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2),
         )
+        self.heartbeat = Gauge(
+            "headroom_heartbeat_timestamp_seconds",
+            "When this replica, as leader, last wrote the HeadroomConfig status (at least every minute).",
+            registry=r,
+        )
         self.writes_blocked = Gauge(
             "headroom_writes_blocked",
             "1 while a watch is failing or relisting, so no pod is written; else 0.",

@@ -225,3 +225,47 @@ def test_config_mode_is_mixed_when_pools_differ():
     status = sw.config_status({"metadata": {"name": "cluster", "generation": 1}})
     assert status["mode"] == "Mixed"
     assert {p["name"]: p["mode"] for p in status["pools"]} == {"(default)": "Active", "batch": "DryRun"}
+
+
+def test_an_unchanged_status_is_rewritten_once_a_minute_as_a_heartbeat():
+    from headroom.api.resolve import resolve
+    from headroom.engine.status import StatusWriter
+
+    class FakeWriter:
+        def __init__(self):
+            self.bodies = []
+
+        def fence(self):
+            pass
+
+        def apply_status(self, body):
+            self.bodies.append(body)
+
+        def object_event(self, *a, **kw):
+            pass
+
+    clock = Clock()
+    res = resolve(
+        [{"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], []
+    )
+    obj = {
+        "apiVersion": "kube-headroom.dev/v1alpha1",
+        "kind": "HeadroomConfig",
+        "metadata": {"name": "cluster", "generation": 1},
+    }
+    w = FakeWriter()
+    beats = []
+    sw = StatusWriter(
+        None,
+        w,
+        lambda kind: [obj] if kind == "HeadroomConfig" else [],
+        lambda: res,
+        lambda: {},
+        clock=clock,
+        on_heartbeat=lambda: beats.append(clock.t),
+    )  # type: ignore[arg-type]
+    assert sw.flush() == 1 and "lastHeartbeatTime" in w.bodies[-1]["status"]
+    clock.t += 30
+    assert sw.flush() == 0  # nothing changed, and the heartbeat is fresh
+    clock.t += 31
+    assert sw.flush() == 1 and len(beats) == 2  # a minute on: rewritten, heartbeat renewed

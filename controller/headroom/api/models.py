@@ -197,6 +197,12 @@ _LAST_APPLIED: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknow
 class HeadroomConfigStatus(Model):
     """What the controller does and sees, written by the controller."""
 
+    last_heartbeat_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Renewed at least every minute by the controller's leader; an older one means no "
+        "controller is working on this object.",
+    )
     last_applied_spec: dict[str, Any] | None = Field(
         default=None,
         description="The last spec the controller found valid and ran; it keeps running while the spec is "
@@ -278,6 +284,12 @@ class HeadroomConfigSpec(Model):
 class NodePoolProfileStatus(Model):
     """What the controller sees on this pool's nodes."""
 
+    last_heartbeat_time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="Renewed at least every minute by the controller's leader; an older one means no "
+        "controller is working on this object.",
+    )
     last_applied_spec: dict[str, Any] | None = Field(
         default=None,
         description="The last spec the controller found valid (also once merged with HeadroomConfig) and ran; "

@@ -111,6 +111,7 @@ class Controller:
             lambda: self.config.resolution,
             self.cache.node_labels,
             inputs=self.inputs_problem,
+            on_heartbeat=self.metrics.heartbeat.set_to_current_time,
         )
         # Handlers of different reflector threads share the configuration: one at a time.
         self._config_lock = threading.RLock()

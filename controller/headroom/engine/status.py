@@ -28,7 +28,8 @@ from ..core.planner import NodePlan
 
 log = logging.getLogger("headroom.status")
 
-GENERATED = ("lastReconcileTime", "lastAppliedTime")  # times: not a reason to rewrite
+GENERATED = ("lastReconcileTime", "lastAppliedTime", "lastHeartbeatTime")  # times: not a reason to rewrite
+HEARTBEAT = 60.0  # seconds: the leader rewrites an unchanged status this often, so a stale one means trouble
 
 
 def _now() -> str:
@@ -90,6 +91,8 @@ class StatusWriter:
     inputs: Callable[[], str | None] = lambda: None  # why the controller's view is incomplete now
     facts: Facts = field(default_factory=Facts)
     min_interval: float = 3.0
+    heartbeat: float = HEARTBEAT
+    on_heartbeat: Callable[[], None] = lambda: None  # a heartbeat reached the HeadroomConfig (a metric)
     clock: Callable[[], float] = time.monotonic
     nodes: dict[str, NodeStat] = field(default_factory=dict)
     waves: dict[str, tuple[int, set[str]]] = field(default_factory=dict)  # "Kind/name" -> (generation, nodes)
@@ -325,9 +328,9 @@ class StatusWriter:
     def _write_if_changed(self, kind: str, key: str, obj: Mapping[str, Any], status: dict[str, Any]) -> bool:
         new = _comparable(status)
         current = self._written.get(key, _comparable(obj.get("status")))
-        if new == current:
-            return False
         now = self.clock()
+        if new == current and now - self._written_at.get(key, -1e9) < self.heartbeat:
+            return False
         first = key not in self._written_at and not obj.get("status")
         if not first and now - self._written_at.get(key, -1e9) < self.min_interval:
             return False
@@ -346,6 +349,7 @@ class StatusWriter:
                 and (not old or old.get("status") != "True")
             ):
                 self._event(kind, obj, c)
+        status["lastHeartbeatTime"] = stamp
         body = {
             "apiVersion": keys.API_VERSION,
             "kind": kind,
@@ -364,6 +368,8 @@ class StatusWriter:
             return False
         self._written[key] = new
         self._written_at[key] = now
+        if kind == keys.CONFIG_KIND:
+            self.on_heartbeat()
         return True
 
     def _event(self, kind: str, obj: Mapping[str, Any], cond: Mapping[str, Any]) -> None:
