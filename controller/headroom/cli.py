@@ -208,7 +208,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         api = Api(connect(args.kubeconfig, args.context))
         findings = []
-        for finding in checks(api, args.lease_namespace or _own_namespace(), args.webhook_configuration or None):
+        for finding in checks(
+            api, args.lease_namespace or _own_namespace(), args.webhook_configuration or None, args.lease_name
+        ):
             print(finding)
             findings.append(finding)
     except ApiError as exc:
@@ -243,7 +245,7 @@ def completion_script(shell: str) -> str:
     script = f"""_headroom() {{
   local cur="${{COMP_WORDS[COMP_CWORD]}}" opts=""
   if [ "$COMP_CWORD" -eq 1 ]; then
-    COMPREPLY=( $(compgen -W "{' '.join(sorted(sub.choices))} --help --version" -- "$cur") )
+    COMPREPLY=( $(compgen -W "{" ".join(sorted(sub.choices))} --help --version" -- "$cur") )
     return
   fi
   case "${{COMP_WORDS[1]}}" in
@@ -368,6 +370,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--lease-namespace", help="where the controller's Lease lives (default: the pod's, else default)")
+    p.add_argument(
+        "--lease-name", help="the controller's Lease (default: the chart's release names, then kube-headroom)"
+    )
     p.add_argument(
         "--webhook-configuration",
         default="headroom",

@@ -56,3 +56,41 @@ def test_doctor_finds_quota_limitrange_and_missing_rbac(control_plane, api, name
     assert as_nobody.returncode == 1
     assert "FAIL  rbac: this identity may not list pods" in as_nobody.stdout
     assert "FAIL  read: cannot read the cluster" in as_nobody.stdout
+
+
+def test_doctor_says_whether_a_controller_is_leading(control_plane, api, headroom_config, start_controller):
+    headroom_config()
+    admin = control_plane.kubeconfig()
+    c = start_controller("--identity", "doctor-leader")
+    c.wait_for_log("became leader")
+    out = doctor(admin).stdout
+    assert "ok    leader: Lease default/kube-headroom held by doctor-leader" in out, out
+    assert "WARN  controller: no kube-headroom Deployment in default" in out
+    c.stop()  # SIGTERM hands the Lease back: nobody leads now
+    # A Deployment of the chart with no ready replica (no controller-manager runs here: its
+    # status stays empty, as for pods that never become ready).
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "kube-headroom",
+            "namespace": "default",
+            "labels": {"app.kubernetes.io/name": "kube-headroom", "app.kubernetes.io/instance": "kube-headroom"},
+        },
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+        },
+    }
+    api.post("/apis/apps/v1/namespaces/default/deployments", dep)
+    try:
+        r = doctor(admin)
+        assert r.returncode == 1
+        assert "FAIL  controller: Deployment default/kube-headroom has 0 of 2 replicas ready" in r.stdout, r.stdout
+        assert (
+            "FAIL  leader: Lease default/kube-headroom last renewed" in r.stdout
+            and "no controller is leading" in r.stdout
+        )
+    finally:
+        api.delete("/apis/apps/v1/namespaces/default/deployments/kube-headroom")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -149,7 +150,85 @@ def webhook_checks(api: Api, name: str, managed: list[str], dry_run: bool) -> It
         )
 
 
-def checks(api: Api, lease_namespace: str = "default", webhook: str | None = "headroom") -> Iterator[Finding]:
+def _age(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Iterator[Finding]:
+    """Is a controller running and leading? The Deployment's ready replicas and the Lease's
+    last renewal — a stopped controller leaves its objects' conditions as they were."""
+    instances: list[str] = []
+    try:
+        deps = (
+            api.get(
+                f"/apis/apps/v1/namespaces/{namespace}/deployments",
+                {"labelSelector": "app.kubernetes.io/name=kube-headroom"},
+            ).get("items")
+            or []
+        )
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        yield _unreadable("controller", f"deployments in {namespace}")
+        deps = []
+    else:
+        if not deps:
+            yield Finding(
+                WARN, "controller", f"no kube-headroom Deployment in {namespace} (not installed with the chart there?)"
+            )
+    for d in deps:
+        name = d["metadata"]["name"]
+        instances.append((d["metadata"].get("labels") or {}).get("app.kubernetes.io/instance", name))
+        want = (d.get("spec") or {}).get("replicas", 1)
+        ready = (d.get("status") or {}).get("readyReplicas") or 0
+        if ready == 0:
+            yield Finding(
+                FAIL,
+                "controller",
+                f"Deployment {namespace}/{name} has 0 of {want} replicas ready: nothing is reconciled",
+            )
+        else:
+            yield Finding(OK, "controller", f"Deployment {namespace}/{name}: {ready} of {want} replicas ready")
+    names = [lease_name] if lease_name else [*instances, "kube-headroom"]
+    for name in dict.fromkeys(names):
+        try:
+            lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                continue
+            if exc.status == 403:
+                yield _unreadable("leader", f"leases in {namespace}")
+                return
+            raise
+        spec = lease.get("spec") or {}
+        holder, duration = spec.get("holderIdentity"), float(spec.get("leaseDurationSeconds") or 15)
+        age = _age(spec.get("renewTime"))
+        if not holder or age is None or age > 3 * duration:
+            when = "never" if age is None else f"{age:.0f}s ago"
+            yield Finding(
+                FAIL,
+                "leader",
+                f"Lease {namespace}/{name} last renewed {when}: no controller is leading, so nothing is written",
+            )
+        else:
+            yield Finding(OK, "leader", f"Lease {namespace}/{name} held by {holder}, renewed {age:.0f}s ago")
+        return
+    yield Finding(
+        FAIL,
+        "leader",
+        f"no Lease {' or '.join(dict.fromkeys(names))} in {namespace}: no controller has led here (wrong --lease-namespace?)",
+    )
+
+
+def checks(
+    api: Api, lease_namespace: str = "default", webhook: str | None = "headroom", lease_name: str | None = None
+) -> Iterator[Finding]:
     facts = discover(api)
     version = facts.version
     if version is None or version < (1, 35):
@@ -182,6 +261,7 @@ def checks(api: Api, lease_namespace: str = "default", webhook: str | None = "he
             ok_rbac = False
             yield Finding(FAIL, "rbac", f"this identity may not {what}; bind it to the chart's ClusterRole and Role")
     yield Finding(OK if ok_rbac else FAIL, "rbac", "checked every permission the controller needs")
+    yield from controller_checks(api, lease_namespace, lease_name)
 
     try:
         snap = read_cluster(api)
