@@ -31,7 +31,10 @@ def test_lone_pod_gets_request_times_max_multiplier_and_neighbours_shrink_it(clu
         wait_limits(api, ns, "solo", ["5"], timeout=15)  # 500m x 10, under allocatable 8
         status = wait_annotation(api, ns, "solo")
         assert '"target":"5000m"' in status and '"policy":"proportional-v1"' in status
-        assert events(api, ns, "CPULimitAdjusted")[0]["note"].startswith("none → 5 (node factor 16.00")
+        # the event says which clamp decided, and the factor before caps
+        assert events(api, ns, "CPULimitAdjusted")[0]["note"].startswith(
+            "none → 5 (decided by maxMultiplier; node factor 16.00 before caps"
+        )
 
         # neighbours book 6 cores: S = 8 - 6.5 = 1.5, M = 2.5, N = 3;
         # solo = 500m + max(1.5 x 0.5/2.5 = 300m, min(floor 1, S/N = 500m)) = 1

@@ -176,6 +176,7 @@ def test_printer_columns(api: Api, crds_installed):
             "Nodes",
             "Managed",
             "Factor",
+            "Effective",
             "Mode",
             "Conflict",
             "Age",
@@ -184,8 +185,8 @@ def test_printer_columns(api: Api, crds_installed):
             "Ready Message",
         ]
         cells = t["rows"][0]["cells"]
-        assert cells[:4] == ["tbl", None, 7, 0] and cells[7] == "True"  # a conflict reads as one
-        assert cells[10] == conflict["message"]
+        assert cells[:4] == ["tbl", None, 7, 0] and cells[8] == "True"  # a conflict reads as one
+        assert cells[11] == conflict["message"]
     finally:
         api.delete(object_path(cfg))
         api.delete(object_path(prof))

@@ -53,6 +53,8 @@ def test_config_status_reports_counts_capabilities_pools_and_generations(
             prof = wait_for(api, f"{GROUP}/nodepoolprofiles/st", ready)
             assert prof["status"]["matchedNodes"] == 1 and prof["status"]["managedPods"] == 1
             assert prof["status"]["averageFactor"] == "14.00" and prof["status"]["mode"] == "Active"
+            # the factor before caps is 14, but maxMultiplier 10 caps what the pod gets
+            assert prof["status"]["effectiveFactor"] == "10.00"
 
             # a spec change: a new generation, observed and reconciled
             gen = headroom_config(dryRun=True)["metadata"]["generation"]

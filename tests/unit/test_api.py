@@ -69,6 +69,7 @@ def test_crd_names_columns_and_rules():
         "Nodes",
         "Managed",
         "Factor",
+        "Effective",
         "Mode",
         "Conflict",
         "Age",

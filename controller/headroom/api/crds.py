@@ -194,6 +194,7 @@ def definitions() -> dict[str, dict[str, Any]]:
             {"name": "Nodes", "type": "integer", "jsonPath": ".status.matchedNodes"},
             {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
             {"name": "Factor", "type": "string", "jsonPath": ".status.averageFactor"},
+            {"name": "Effective", "type": "string", "jsonPath": ".status.effectiveFactor"},
             {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
             # A profile that loses its nodes to another must read as a problem at a glance.
             {

@@ -304,7 +304,14 @@ class NodePoolProfileStatus(Model):
     matched_nodes: int | None = Field(default=None, description="Nodes this profile wins.")
     managed_pods: int | None = Field(default=None, description="Managed pods on those nodes.")
     pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied.")
-    average_factor: str | None = Field(default=None, description="Mean node factor over the pool, two decimals.")
+    average_factor: str | None = Field(
+        default=None, description="Mean node factor over the pool before caps (1 + slack / managed requests)."
+    )
+    effective_factor: str | None = Field(
+        default=None,
+        description="What the pool's managed pods get after every cap: the sum of their target limits over the "
+        "sum of their requests, two decimals.",
+    )
     last_applied_time: str | None = Field(
         default=None,
         json_schema_extra={"format": "date-time"},

@@ -193,8 +193,8 @@ class Reconciler:
                     pod,
                     "Normal",
                     "CPULimitAdjusted",
-                    f"{_change(pod, t)} (node factor {plan.summary.factor:.2f}, slack "
-                    f"{format_milli(max(plan.summary.slack, 0))}/{format_milli(plan.summary.allocatable)} cores)",
+                    f"{_change(pod, t)} (decided by {t.bound}; node factor {plan.summary.factor:.2f} before caps, "
+                    f"slack {format_milli(max(plan.summary.slack, 0))}/{format_milli(plan.summary.allocatable)} cores)",
                 )
             elif self._handle_failure(pod, plan, outcome, result):
                 return True

@@ -46,6 +46,8 @@ class NodeStat:
     factor: float = 1.0
     dry_run: bool = False
     ok: bool = True
+    targets: int = 0  # Σ target limits of managed pods, millicores
+    requests: int = 0  # Σ their requests
 
 
 @dataclass
@@ -60,6 +62,11 @@ class Facts:
 
 
 DEFAULT_POOL = "(default)"  # the nodes no NodePoolProfile selects
+
+
+def _effective(stats: list[NodeStat]) -> float:
+    requests = sum(s.requests for s in stats)
+    return sum(s.targets for s in stats) / requests if requests else 1.0
 
 
 def _mode(settings: Settings | None) -> str:
@@ -104,7 +111,7 @@ class StatusWriter:
 
     # --- inputs -----------------------------------------------------------------------
     def observe(self, plan: NodePlan) -> None:
-        managed = at_target = pending = unmanaged = 0
+        managed = at_target = pending = unmanaged = targets = requests = 0
         for pp in plan.pods:
             if pp.reason == POOL_PAUSED:  # managed, with their limits held while the pool is paused
                 managed += 1
@@ -116,9 +123,19 @@ class StatusWriter:
             managed += 1
             pending += pp.pod.resize_pending
             at_target += not pp.target.apply
+            targets += pp.target.target
+            requests += pp.target.request
         with self._lock:
             self.nodes[plan.node.name] = NodeStat(
-                plan.settings.pool, managed, unmanaged, at_target, pending, plan.summary.factor, plan.settings.dry_run
+                plan.settings.pool,
+                managed,
+                unmanaged,
+                at_target,
+                pending,
+                plan.summary.factor,
+                plan.settings.dry_run,
+                targets=targets,
+                requests=requests,
             )
 
     def node_done(self, node: str, ok: bool, wrote: bool) -> None:
@@ -303,6 +320,8 @@ class StatusWriter:
             "managedPods": sum(s.managed for s in stats),
             "pendingResizes": sum(s.pending for s in stats),
             "averageFactor": f"{factor:.2f}",
+            # What pods get after the caps: Σ targets / Σ requests of the pool's managed pods.
+            "effectiveFactor": f"{_effective(stats):.2f}",
         }
         if name in self.last_applied:
             status["lastAppliedTime"] = self.last_applied[name]
