@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "examples" / "cluster-snapshot.yaml"
 
 
+SIDECAR_POD = "shop/api-55d-x"  # its log-shipper is a restartable init container
+
+
 def test_demo_runs_the_controller_on_the_example_cluster():
     r = subprocess.run(
         [sys.executable, "-m", "headroom", "demo", "--seconds", "40"],
@@ -36,6 +39,7 @@ def test_demo_runs_the_controller_on_the_example_cluster():
     assert rows["shop/db-0"].split()[-1] == "postgres=2"  # Guaranteed: untouched
     assert "istio-proxy=200m" in rows["shop/web-7f9c-a"].split("  ")[-2]  # excluded container keeps its limit
     assert "pod=910m" in rows["analytics/etl-pod-level"]  # pod-level limit, node declares the feature
+    assert "log-shipper=" in rows[SIDECAR_POD].split("  ")[-2]  # sidecars are shown with the app containers
     assert "10 pod(s) changed" in r.stdout
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr
 

@@ -71,8 +71,12 @@ def _limits(api: Api) -> dict[str, str]:
     for p in api.get("/api/v1/pods")["items"]:
         meta, spec = p["metadata"], p["spec"]
         pod_level = ((spec.get("resources") or {}).get("limits") or {}).get("cpu")
+        # Every container that can carry a limit: app containers and sidecars (restartable
+        # init containers), so the sum matches the pod's target in `headroom plan`.
+        sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
         parts = [
-            f"{c['name']}={(c.get('resources') or {}).get('limits', {}).get('cpu', '-')}" for c in spec["containers"]
+            f"{c['name']}={(c.get('resources') or {}).get('limits', {}).get('cpu', '-')}"
+            for c in [*spec["containers"], *sidecars]
         ]
         out[f"{meta['namespace']}/{meta['name']}"] = (f"pod={pod_level} " if pod_level else "") + " ".join(parts)
     return out
