@@ -11,6 +11,7 @@ from pathlib import Path
 
 from conftest import CONTROLLER_TOKEN
 
+from chart import PROMTOOL, dashboard_metric_names
 from cluster_helpers import cpu_limits, create_pod, events, wait_limits
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, pod_path
@@ -18,7 +19,6 @@ from headroom.sim.controlplane import ADMIN_TOKEN
 from headroom.sim.kubelet import SimulatedKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMTOOL = ROOT / ".cache" / "tools" / "usr" / "bin" / "promtool"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"
 
 
@@ -87,6 +87,9 @@ def test_metrics_probes_and_promtool(api, namespace, make_node, headroom_config,
         assert f'headroom_pod_limit_cores{{container="app",namespace="{namespace}",pod="p"}} 5.0' in text
         assert 'headroom_resizes_total{dry_run="false",result="applied"}' in text
         assert "headroom_config_valid 1.0" in text
+        # every series the shipped Grafana dashboard reads is one this scrape exports
+        wanted = dashboard_metric_names()
+        assert wanted and not [m for m in wanted if m not in text], wanted
         assert PROMTOOL.exists(), "promtool is installed by `make test` (Debian's prometheus package, unpacked)"
         lint = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True)
         assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint.stdout + lint.stderr

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 from ruamel.yaml import YAML
 
-from chart import CHART, PROMTOOL, ROOT, find, helm, render
+from chart import CHART, PROMTOOL, ROOT, dashboard_queries, find, helm, render
 from headroom.api.validate import validate_object
 
 FULL = ("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
@@ -219,9 +219,7 @@ def test_alert_rules_pass_promtool_check_and_unit_tests():
 
 
 def test_dashboard_uses_the_controllers_metrics():
-    (cm,) = find(render(), "ConfigMap")
-    dash = json.loads(cm["data"]["kube-headroom.json"])
-    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    exprs = " ".join(dashboard_queries())
     for metric in (
         "headroom_pod_limit_cores",
         "container_cpu_cfs_throttled_periods_total",
@@ -230,3 +228,23 @@ def test_dashboard_uses_the_controllers_metrics():
         "headroom_resizes_total",
     ):
         assert metric in exprs
+
+
+def test_every_dashboard_query_parses_as_promql(tmp_path):
+    """promtool parses each panel query and each variable's selector, wrapped as recording rules
+    (Grafana's $variables replaced by a value, as Grafana does before sending them)."""
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": e.replace("$__rate_interval", "5m").replace("$", "")}
+                    for i, e in enumerate(dashboard_queries())
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(json.dumps(rules))
+    r = subprocess.run([str(PROMTOOL), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
