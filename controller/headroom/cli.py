@@ -66,6 +66,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     if args.output == "json":
         print(json.dumps(output.plan_json(plan), indent=2))
+    elif args.output == "html":
+        print(output.plan_html(plan), end="")
     elif args.output == "yaml":
         from ruamel.yaml import YAML
 
@@ -352,7 +354,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="what the controller would do, read-only")
     _snapshot_args(p)
-    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml", "html"),
+        default="table",
+        help="html: one self-contained page with a bar per node (redirect it to a file and open it)",
+    )
     p.add_argument("--node", help="only this node")
     p.add_argument("--pool", help="only the nodes of this NodePoolProfile ((default): nodes no profile selects)")
     p.add_argument("-n", "--namespace", help="only pods in this namespace")

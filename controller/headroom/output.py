@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -221,3 +222,68 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
     if p.warning:
         lines.append(f"  warning: {p.warning}")
     return "\n".join(lines)
+
+
+_HTML = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kube-headroom plan</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:24px;color:#222}
+h1{font-size:20px} h2{font-size:16px;margin:20px 0 6px}
+.bar{display:flex;height:18px;width:640px;border:1px solid #999;background:#fff}
+.bar div{height:100%} .other{background:#9aa5b1} .managed{background:#3b82f6} .slack{background:#d1fae5}
+.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
+table{border-collapse:collapse;margin-top:6px} td,th{padding:2px 10px;border-bottom:1px solid #eee;text-align:right}
+td:first-child,th:first-child{text-align:left} .write{font-weight:600}
+</style></head><body>
+<h1>kube-headroom plan</h1>
+<p class="legend"><span class="other"></span>booked by other pods<span class="managed"></span>managed requests<span class="slack"></span>slack</p>
+<div id="nodes"></div>
+<script id="plan" type="application/json">__PLAN__</script>
+<script>
+const plan = JSON.parse(document.getElementById("plan").textContent);
+const cores = m => m === null || m === undefined ? "-" : (m / 1000).toFixed(2);
+const root = document.getElementById("nodes");
+for (const n of plan.nodes) {
+  const section = document.createElement("section");
+  section.className = "node"; section.dataset.node = n.name;
+  const h = document.createElement("h2");
+  h.textContent = `${n.name} (${n.pool || "(default)"}) factor ${n.factor.toFixed(2)}${n.dryRun ? " dry-run" : ""}`;
+  section.appendChild(h);
+  const bar = document.createElement("div"); bar.className = "bar";
+  const alloc = Math.max(n.allocatableMilli, n.bookedMilli, 1);
+  const parts = [["other", n.bookedMilli - n.managedRequestsMilli], ["managed", n.managedRequestsMilli], ["slack", Math.max(n.slackMilli, 0)]];
+  for (const [cls, m] of parts) {
+    const d = document.createElement("div"); d.className = cls; d.dataset.milli = m;
+    d.style.width = (100 * Math.max(m, 0) / alloc) + "%"; d.title = `${cls}: ${cores(m)} cores`;
+    bar.appendChild(d);
+  }
+  section.appendChild(bar);
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const t of ["pod", "reason", "request", "current limit", "target", "write"]) {
+    const th = document.createElement("th"); th.textContent = t; head.appendChild(th);
+  }
+  for (const p of plan.pods.filter(p => p.node === n.name)) {
+    const current = p.containers.every(c => c.currentLimitMilli === null) ? null
+      : p.containers.reduce((s, c) => s + (c.currentLimitMilli || 0), 0);
+    const row = table.insertRow(); row.className = "pod"; row.dataset.pod = `${p.namespace}/${p.name}`;
+    const write = !p.managed ? "-" : !p.apply ? "no" : n.dryRun ? "dry-run" : "yes";
+    for (const v of [`${p.namespace}/${p.name}`, p.reason, cores(p.requestMilli), cores(current), cores(p.targetLimitMilli), write]) {
+      row.insertCell().textContent = v;
+    }
+    row.cells[5].className = "write";
+  }
+  section.appendChild(table);
+  root.appendChild(section);
+}
+document.body.dataset.rendered = "yes";
+</script></body></html>
+"""
+
+
+def plan_html(plan: ClusterPlan) -> str:
+    """One self-contained page: per node a bar of booked / managed / slack CPU, per pod
+    request → current → target. The data is embedded as JSON (with `<` escaped, so no
+    pod or namespace name can close the script) and drawn with textContent only."""
+    data = json.dumps(plan_json(plan)).replace("<", "\\u003c")
+    return _HTML.replace("__PLAN__", data)
