@@ -66,6 +66,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     if args.output == "json":
         print(json.dumps(output.plan_json(plan), indent=2))
+    elif args.output == "wide":
+        print(output.plan_wide(plan))
     elif args.output == "html":
         print(output.plan_html(plan), end="")
     elif args.output == "yaml":
@@ -357,9 +359,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "yaml", "html"),
+        choices=("table", "wide", "json", "yaml", "html"),
         default="table",
-        help="html: one self-contained page with a bar per node (redirect it to a file and open it)",
+        help="wide: a row per container too; html: one self-contained page with a bar per node "
+        "(redirect it to a file and open it)",
     )
     p.add_argument("--node", help="only this node")
     p.add_argument("--pool", help="only the nodes of this NodePoolProfile ((default): nodes no profile selects)")

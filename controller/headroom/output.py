@@ -163,6 +163,30 @@ def plan_table(plan: ClusterPlan) -> str:
     return "\n\n".join([table(nodes), table(pods), *(["\n".join(warnings)] if warnings else [])])
 
 
+def plan_wide(plan: ClusterPlan) -> str:
+    """The table, then one row per container: what each gets and whether it is written."""
+    rows = [["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "TARGET", "WRITE"]]
+    dry_run = {pp.pod.key: n.settings.dry_run for n in plan.nodes for pp in n.pods}
+    for p in plan.all_pods():
+        for c in pod_json(p)["containers"]:
+            target = c["targetLimitMilli"]
+            write = (
+                "-" if target is None else "no" if not c["apply"] else "dry-run" if dry_run.get(p.pod.key) else "yes"
+            )
+            rows.append(
+                [
+                    p.pod.namespace,
+                    p.pod.name,
+                    c["name"],
+                    format_milli(c["requestMilli"]),
+                    "-" if c["currentLimitMilli"] is None else format_milli(c["currentLimitMilli"]),
+                    "-" if target is None else format_milli(target),
+                    write,
+                ]
+            )
+    return plan_table(plan) + "\n\n" + table(rows)
+
+
 def explain(plan: ClusterPlan, key: str) -> str | None:
     """The arithmetic behind one pod's limit, or None when the pod is not in the plan."""
     for n in plan.nodes:

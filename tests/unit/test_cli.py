@@ -338,3 +338,13 @@ def test_bash_completion_completes_commands_and_flags_from_the_parser(words, cwo
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == expected
+
+
+def test_plan_wide_shows_each_container_and_which_are_written():
+    r = headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "wide")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.split("\n\n")[-1].splitlines()]
+    assert rows[0] == ["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "TARGET", "WRITE"]
+    by = {(row[1], row[2]): row[3:] for row in rows[1:]}
+    assert by[("web-7f9c-a", "istio-proxy")] == ["100m", "200m", "-", "-"]  # excluded by name: keeps its limit
+    assert by[("build-a", "build")] == ["500m", "-", "1500m", "yes"]
