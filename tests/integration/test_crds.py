@@ -150,11 +150,23 @@ def test_printer_columns(api: Api, crds_installed):
         api.patch(object_path(cfg) + "/status", status, MERGE_PATCH)
         t = _table(api, "headroomconfigs")
         cols = [c["name"] for c in t["columnDefinitions"]]
-        assert cols == ["Name", "Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason", "Message"]
+        assert cols == [
+            "Name",
+            "Ready",
+            "Mode",
+            "Nodes",
+            "Managed",
+            "At Target",
+            "Age",
+            "Pending",
+            "Reason",
+            "Message",
+            "Heartbeat",
+        ]
         wide = [c["name"] for c in t["columnDefinitions"] if c["priority"] == 1]
-        assert wide == ["Pending", "Reason", "Message"]
+        assert wide == ["Pending", "Reason", "Message", "Heartbeat"]
         row = t["rows"][0]["cells"]
-        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:] == [
+        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:10] == [
             1,
             "Reconciled",
             "3 node(s) computed",
@@ -183,6 +195,7 @@ def test_printer_columns(api: Api, crds_installed):
             "Pending",
             "Message",
             "Ready Message",
+            "Heartbeat",
         ]
         cells = t["rows"][0]["cells"]
         assert cells[:4] == ["tbl", None, 7, 0] and cells[8] == "True"  # a conflict reads as one

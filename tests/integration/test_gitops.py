@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 from typing import Any
@@ -143,3 +144,72 @@ def _store_past_the_schema(api: Api, deadband: dict[str, float]) -> None:
         crd = api.get(CRD)
         crd["spec"]["versions"] = original
         api.request_json("PUT", CRD, crd)
+
+
+def test_kubectl_get_wide_shows_healthy_dry_run_paused_conflicting_and_stale(
+    control_plane, api, namespace, make_node, headroom_config, start_controller, crds_installed
+):
+    """What an on-call engineer sees with `kubectl get hrc,npp -o wide` in each state
+    (docs/gitops.md shows one capture of this test, printed with -s)."""
+    from chart import TOOLS
+
+    headroom_config()
+    names = {"healthy": "wide-a", "dryrun": "wide-b", "paused": "wide-c", "loser": "wide-d"}
+    for pool in ("a", "b", "c"):
+        make_node(cpu="8", labels={"wide": pool})
+    profile(api, names["healthy"], {"wide": "a"}, priority=10)
+    profile(api, names["dryrun"], {"wide": "b"}, dryRun=True)
+    profile(api, names["paused"], {"wide": "c"}, paused=True)
+    profile(api, names["loser"], {"wide": "a"}, priority=1)  # loses node a to wide-a
+    kubeconfig = control_plane.kubeconfig()
+
+    def get() -> dict[str, dict[str, str]]:
+        """name -> column -> cell, read by the header's column positions (cells may hold spaces)."""
+        r = subprocess.run(
+            [str(TOOLS / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "get", "hrc,npp", "-o", "wide"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 0, r.stderr
+        get.text = r.stdout  # type: ignore[attr-defined]
+        out: dict[str, dict[str, str]] = {}
+        for block in r.stdout.strip().split("\n\n"):
+            header, *lines = block.splitlines()
+            # kubectl pads columns with three spaces or more; a header may hold one ("AT TARGET")
+            starts = [m.start() for m in re.finditer(r"(?:^|(?<=   ))\S", header)]
+            cols = [header[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+            for line in lines:
+                cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+                out[cells[0].rsplit("/", 1)[-1]] = dict(zip(cols, cells, strict=True))
+        return out
+
+    try:
+        c = start_controller()
+        deadline = time.monotonic() + 30
+        while True:
+            rows = get()
+            a, b, cc, d = (rows.get(names[k], {}) for k in ("healthy", "dryrun", "paused", "loser"))
+            if (
+                a.get("READY") == "True"
+                and b.get("MODE") == "DryRun"
+                and cc.get("MODE") == "Paused"
+                and d.get("CONFLICT") == "True"
+            ):
+                break
+            assert time.monotonic() < deadline, get.text  # type: ignore[attr-defined]
+            time.sleep(1)
+        print("\n$ kubectl get hrc,npp -o wide   # running\n" + get.text)  # type: ignore[attr-defined]
+        assert a["MODE"] == "Active" and a["CONFLICT"] == "False"
+        assert d["CONFLICT"] == "True" and "wide-a" in d["MESSAGE"]  # the conflict reads as one, naming the winner
+        c.stop()
+        time.sleep(3)
+        rows = get()
+        print("$ kubectl get hrc,npp -o wide   # the controller stopped: only the heartbeat ages\n" + get.text)  # type: ignore[attr-defined]
+        hrc = rows["cluster"]
+        assert hrc["READY"] == "True"  # conditions alone still look fine ...
+        assert re.fullmatch(r"\d+s", hrc["HEARTBEAT"]) and int(hrc["HEARTBEAT"][:-1]) >= 3  # ... the heartbeat ages
+    finally:
+        for n in names.values():
+            with contextlib.suppress(ApiError):
+                api.delete(f"{GROUP}/nodepoolprofiles/{n}")

@@ -60,9 +60,20 @@ def test_crd_names_columns_and_rules():
     assert (hrc["scope"], hrc["names"]["shortNames"], hrc["names"]["categories"]) == ("Cluster", ["hrc"], ["headroom"])
     assert (npp["names"]["shortNames"], npp["names"]["categories"]) == (["npp"], ["headroom"])
     cols = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"]]
-    assert cols == ["Ready", "Mode", "Nodes", "Managed", "At Target", "Age", "Pending", "Reason", "Message"]
+    assert cols == [
+        "Ready",
+        "Mode",
+        "Nodes",
+        "Managed",
+        "At Target",
+        "Age",
+        "Pending",
+        "Reason",
+        "Message",
+        "Heartbeat",
+    ]
     wide = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Pending", "Reason", "Message"]
+    assert wide == ["Pending", "Reason", "Message", "Heartbeat"]
     assert [c["name"] for c in npp["versions"][0]["additionalPrinterColumns"]] == [
         "Ready",
         "Priority",
@@ -76,6 +87,7 @@ def test_crd_names_columns_and_rules():
         "Pending",
         "Message",
         "Ready Message",
+        "Heartbeat",
     ]
     root = hrc["versions"][0]["schema"]["openAPIV3Schema"]
     assert "self.metadata.name == 'cluster'" in root["x-kubernetes-validations"][0]["rule"]

@@ -144,6 +144,10 @@ def _crd(
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
+# An age in `kubectl get -o wide`: the leader renews it every minute, so more means no controller.
+_HEARTBEAT = {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeatTime", "priority": 1}
+
+
 def definitions() -> dict[str, dict[str, Any]]:
     """File name in `crds/` → CRD object."""
     config = _crd(
@@ -172,6 +176,7 @@ def definitions() -> dict[str, dict[str, Any]]:
                 "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
                 "priority": 1,
             },
+            _HEARTBEAT,
         ],
         "HeadroomConfig is the cluster-wide Headroom configuration; exactly one, named cluster.",
         spec_required=False,
@@ -216,6 +221,7 @@ def definitions() -> dict[str, dict[str, Any]]:
                 "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
                 "priority": 1,
             },
+            _HEARTBEAT,
         ],
         "NodePoolProfile overrides Headroom settings for the nodes its selector picks.",
         spec_required=True,
