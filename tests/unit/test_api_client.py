@@ -1,5 +1,7 @@
 """The raw-JSON client's pieces that need no server."""
 
+from typing import ClassVar
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -43,3 +45,47 @@ def test_split_lines_matches_the_clients_reference(chunks):
 )
 def test_object_paths(obj, path):
     assert object_path(obj) == path
+
+
+def test_credentials_are_read_once_per_window_and_again_after_a_401(tmp_path, monkeypatch):
+    from headroom.cluster import api as api_module
+    from headroom.cluster.api import Api, ApiError, connect
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"
+        "    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: first\n"
+        "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+    )
+    api = Api(connect(str(kubeconfig)))
+    asked, sent, status = [], [], [200]
+
+    class Resp:
+        data = b"{}"
+        headers: ClassVar[dict[str, str]] = {}
+        reason = "Unauthorized"
+
+        @property
+        def status(self):
+            return status[0]
+
+    class Answer:
+        response = Resp()
+
+    real = api.client.configuration.auth_settings
+    api.client.configuration.auth_settings = lambda: (asked.append(1), real())[1]
+    api.client.call_api = lambda *a, **kw: (sent.append(kw["header_params"].get("authorization")), Answer())[1]
+    clock = [1000.0]
+    monkeypatch.setattr(api_module.time, "monotonic", lambda: clock[0])
+    for _ in range(5):
+        api.get("/x")
+    assert len(asked) == 1 and sent == ["Bearer first"] * 5  # once, not per request
+    clock[0] += api_module.AUTH_REFRESH + 1
+    api.get("/x")
+    assert len(asked) == 2  # the window passed: asked again (a rotated token is picked up)
+    status[0] = 401
+    with pytest.raises(ApiError):
+        api.get("/x")
+    status[0] = 200
+    api.get("/x")
+    assert len(asked) == 3  # a 401 makes the next request ask the client again

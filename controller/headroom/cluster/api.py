@@ -7,9 +7,10 @@ never into the client's model objects (about 66 KB and 250 µs per pod).
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
@@ -56,10 +57,20 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> k8s.Ap
     return k8s.ApiClient(cfg)
 
 
+AUTH_REFRESH = 10.0  # seconds an Authorization header is reused before the client is asked again
+
+
 @dataclass(slots=True)
 class Api:
+    """Credentials are read once and then every AUTH_REFRESH seconds (and at once after a
+    401), not per request: the client re-checks token expiry and re-applies its kubeconfig
+    on every call, a measurable part of the controller's CPU. Every token the client can
+    refresh (projected service-account tokens, exec plugins, OIDC) lives far longer."""
+
     client: k8s.ApiClient
     timeout: float = 30.0
+    _auth: dict[str, str] = field(default_factory=dict)
+    _auth_at: float = -1e9
 
     def _send(
         self,
@@ -73,9 +84,9 @@ class Api:
         timeout: float | tuple[float, float] | None = None,
     ) -> urllib3.BaseHTTPResponse:
         query = [(k, str(v)) for k, v in (params or {}).items()]
-        headers = {"Accept": accept, "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type, **self._authorization()}
         _, url, headers, body, _ = self.client.param_serialize(
-            method, path, query_params=query, header_params=headers, body=body, auth_settings=["BearerToken"]
+            method, path, query_params=query, header_params=headers, body=body, auth_settings=[]
         )
         try:
             resp = self.client.call_api(
@@ -83,6 +94,8 @@ class Api:
             ).response
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ApiError(0, "Unreachable", f"{method} {path}: {exc}") from None
+        if resp.status == 401:
+            self._auth_at = -1e9  # the token changed under us: ask the client again next time
         if resp.status >= 400:
             data = resp.data
             try:
@@ -94,6 +107,15 @@ class Api:
             retry_after = float(retry) if retry and retry.isdigit() else None
             raise ApiError(resp.status, reason, message, retry_after, request=f"{method} {path}")
         return cast(urllib3.BaseHTTPResponse, resp)
+
+    def _authorization(self) -> dict[str, str]:
+        now = time.monotonic()
+        if now - self._auth_at > AUTH_REFRESH:
+            settings = self.client.configuration.auth_settings()  # runs the client's refresh hook
+            token = (settings.get("BearerToken") or {}).get("value")
+            self._auth = {"authorization": str(token)} if token else {}
+            self._auth_at = now
+        return self._auth
 
     def get(self, path: str, params: Mapping[str, str | int] | None = None, accept: str = JSON) -> Any:
         return orjson.loads(self._send("GET", path, params=params, accept=accept).data)
