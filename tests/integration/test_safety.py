@@ -250,10 +250,8 @@ def test_every_write_stays_within_the_global_and_per_node_budgets(
         f"\nrate run: {len(writes)} writes, at most {overall} in any 1 s window (clientQPS {qps}), "
         f"at most {node_worst} per node (perNodePatchesPerSecond {per_node})"
     )
-    # The limiter spaces writes exactly at the controller (1/clientQPS apart); at the proxy,
-    # arrival times jitter by a few milliseconds, so a saturated budget can show a few more
-    # in a sliding window: 3 % of slack, and one write per node.
-    assert overall <= qps * 1.03 + 1 and node_worst <= per_node + 1
+    # One write of slack: the limiter spaces writes at the controller; the network may bunch two.
+    assert overall <= qps + 1 and node_worst <= per_node + 1
 
 
 def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_back_at_expiry(
@@ -279,27 +277,26 @@ def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_ba
 
     kubelet = SimulatedKubelet(api, node, outcome=INFEASIBLE)
     with kubelet:
-        # One pod: its target then depends on nothing but the node (a neighbour backing off
-        # would change it, and a changed target is rightly a new resize and a new refusal).
-        create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
+        for name in ("p", "q"):
+            create_pod(api, namespace, node, name, containers=[container(cpu="500m")])
         c = start_controller()
-        wait_limits(api, namespace, "p", ["5"], timeout=15)  # the spec is written; the kubelet refuses it
+        wait_limits(api, namespace, "p", ["4"], timeout=15)  # the spec is written; the kubelet refuses it
         deadline = time.monotonic() + 10
-        while refused("p") < 1:
+        while refused("p") < 1 or refused("q") < 1:
             assert time.monotonic() < deadline, "no backoff event"
             time.sleep(0.2)
         backed_off_at = time.monotonic()
-        assert managed(c) == 0  # BackingOff
+        assert managed(c) == 0  # both BackingOff
         # A status or label update of the same generation is not a new refusal.
         api.patch(pod_path(namespace, "p"), {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH)
         time.sleep(2)
         assert refused("p") == 1
         # At expiry the node comes back by itself: nothing else happens on it meanwhile.
-        while managed(c) != 1:
-            assert time.monotonic() - backed_off_at < 4 + 4, "the backoff's expiry did not bring the pod back"
+        while managed(c) != 2:
+            assert time.monotonic() - backed_off_at < 4 + 4, "the backoff's expiry did not bring the pods back"
             time.sleep(0.2)
-        assert refused("p") == 1
-        # A new resize (a second pod shrinks p's share) is a new generation: refused, backed off again.
+        assert refused("p") == 1 and refused("q") == 1
+        # A new resize (a third pod shrinks their share) is a new generation: refused, backed off again.
         create_pod(api, namespace, node, "r", containers=[container(cpu="500m")])
         deadline = time.monotonic() + 15
         while refused("p") < 2:

@@ -269,15 +269,3 @@ def test_an_unchanged_status_is_rewritten_once_a_minute_as_a_heartbeat():
     assert sw.flush() == 0  # nothing changed, and the heartbeat is fresh
     clock.t += 31
     assert sw.flush() == 1 and len(beats) == 2  # a minute on: rewritten, heartbeat renewed
-
-
-def test_a_spent_node_bucket_is_reported_without_taking_a_token():
-    clock, slept = Clock(), []
-    lim = WriteLimiter(per_node=10.0, global_qps=1000.0, clock=clock, sleep=slept.append)
-    assert lim.node_wait("a") == 0.0
-    lim.acquire("a")
-    assert lim.node_wait("a") == pytest.approx(0.1)  # the worker requeues node a for 0.1 s ...
-    assert lim.node_wait("b") == 0.0  # ... and writes to node b meanwhile
-    assert lim.node_wait("a") == pytest.approx(0.1)  # asking does not spend anything
-    clock.t += 0.1
-    assert lim.node_wait("a") == 0.0 and slept == []

@@ -89,26 +89,13 @@ class WriteBlocked(Exception):
     failing or relisting); nothing was sent. The message says which."""
 
 
-class NodeBusy(Exception):
-    """The node's write budget is spent for now; nothing was sent. Try the node again after
-    `wait` seconds (a worker takes another node meanwhile)."""
-
-    def __init__(self, wait: float) -> None:
-        super().__init__(f"node write budget spent for {wait:.3f}s")
-        self.wait = wait
-
-
 class Limiter(Protocol):
     def acquire(self, node: str | None = None) -> float: ...
-    def node_wait(self, node: str) -> float: ...
     def hold(self, seconds: float) -> None: ...
 
 
 class _Unlimited:
     def acquire(self, node: str | None = None) -> float:
-        return 0.0
-
-    def node_wait(self, node: str) -> float:
         return 0.0
 
     def hold(self, seconds: float) -> None:
@@ -140,11 +127,7 @@ class Writer:
 
     def _pod_write(self, pod: Pod, send: Callable[[], object]) -> Outcome:
         self.fence()
-        if pod.node_name:
-            wait = self.limiter.node_wait(pod.node_name)
-            if wait > 0:
-                raise NodeBusy(wait)
-        self.limiter.acquire(pod.node_name)  # only the global budget may make a worker wait
+        self.limiter.acquire(pod.node_name)
         # Checked after the wait for a token, right before sending: a watch may have failed meanwhile.
         why = self.blocked()
         if why is not None:

@@ -527,12 +527,10 @@ class Controller:
             return
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-        if result.blocked is None and not result.partial:
+        if result.blocked is None:
             self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
             if not result.failed:
                 self._pass_progress(node)
-        elif result.partial and result.resizes:
-            self.status.node_wrote(node)
         self.queue.done(node)
         if result.failed:
             # Exponential backoff with jitter; a Retry-After from the server is a floor.

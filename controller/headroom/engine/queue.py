@@ -182,20 +182,6 @@ class WriteLimiter:
         with self._lock:
             self._held_until = max(self._held_until, self._clock() + seconds)
 
-    def node_wait(self, node: str) -> float:
-        """Seconds until `node`'s bucket holds a token, without taking it (0: one is there).
-        A worker that would have to wait puts the node back in the queue for that long and
-        takes another node, instead of sleeping on this one."""
-        with self._lock:
-            bucket = self._nodes.get(node)
-            if bucket is None:
-                return 0.0
-            now = max(self._clock(), self._held_until)
-            tokens = min(bucket.burst, bucket.tokens + (max(now, bucket.stamp) - bucket.stamp) * bucket.rate)
-            if tokens >= 1 - 1e-9:  # float steps of rate x elapsed must not leave a node 1e-15 s short
-                return 0.0
-            return (1 - tokens) / bucket.rate + max(0.0, bucket.stamp - now)
-
     def acquire(self, node: str | None = None) -> float:
         """Block until one more write (to a pod on `node`, if given) is allowed; the seconds waited."""
         with self._lock:

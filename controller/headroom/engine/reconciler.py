@@ -9,18 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..cluster.cache import ClusterCache
-from ..cluster.writer import (
-    APPLIED,
-    CONFLICT,
-    GONE,
-    INFEASIBLE,
-    THROTTLED,
-    NodeBusy,
-    Outcome,
-    WriteBlocked,
-    Writer,
-    now_rfc3339,
-)
+from ..cluster.writer import APPLIED, CONFLICT, GONE, INFEASIBLE, THROTTLED, Outcome, WriteBlocked, Writer, now_rfc3339
 from ..core import keys
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, plan_node
@@ -46,7 +35,6 @@ class Result:
     resizes: int = 0  # resizes the server accepted
     failed: bool = False  # a server error: the node is retried with exponential backoff
     blocked: str | None = None  # nothing was written because of this
-    partial: bool = False  # the node's write budget ran out: the pass continues later
 
     def retry_at(self, after: float, hold: bool = False) -> None:
         """Ask for another pass after `after` seconds (the earliest of several asks wins,
@@ -176,9 +164,6 @@ class Reconciler:
         except WriteBlocked as exc:
             result.blocked = str(exc)
             result.retry_at(BLOCKED_DELAY, hold=True)
-        except NodeBusy as exc:  # back in the queue for the bucket's wait; the worker moves on
-            result.partial = True
-            result.retry_at(exc.wait, hold=True)
         return result
 
     def _apply(self, plan: NodePlan, pp: PodPlan, t: PodTarget, result: Result) -> bool:

@@ -149,13 +149,6 @@ class StatusWriter:
             for _, pending in self.waves.values():
                 pending.discard(node)
 
-    def node_wrote(self, node: str) -> None:
-        """A partial pass wrote resizes (the rest follows when the node's budget allows)."""
-        with self._lock:
-            stat = self.nodes.get(node)
-            if stat is not None:
-                self.last_applied[stat.pool] = _now()
-
     def node_gone(self, node: str) -> None:
         with self._lock:
             self.nodes.pop(node, None)
