@@ -10,12 +10,6 @@ from .core.planner import ClusterPlan, NodePlan, PodPlan
 from .core.quantity import format_milli
 
 
-def _mode(n: NodePlan) -> str:
-    if n.settings.dry_run:
-        return "DryRun"
-    return "Paused" if n.settings.paused else "Active"
-
-
 def node_json(n: NodePlan) -> dict[str, Any]:
     s = n.summary
     return {
@@ -139,7 +133,7 @@ def plan_table(plan: ClusterPlan) -> str:
                 format_milli(s.slack) if s.slack >= 0 else f"-{format_milli(-s.slack)}",
                 str(s.managed_pods),
                 f"{s.factor:.2f}",
-                _mode(n),
+                n.settings.mode,
             ]
         )
     pods = [["NAMESPACE", "POD", "NODE", "REASON", "REQUEST", "LIMIT", "TARGET", "WRITE"]]

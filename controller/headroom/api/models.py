@@ -194,8 +194,8 @@ class PoolStatus(Model):
 _LAST_APPLIED: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
-class HeadroomConfigStatus(Model):
-    """What the controller does and sees, written by the controller."""
+class _ControllerStatus(Model):
+    """What both kinds' status carries for every controller."""
 
     last_heartbeat_time: str | None = Field(
         default=None,
@@ -203,6 +203,11 @@ class HeadroomConfigStatus(Model):
         description="Renewed at least every minute by the controller's leader; an older one means no "
         "controller is working on this object.",
     )
+
+
+class HeadroomConfigStatus(_ControllerStatus):
+    """What the controller does and sees, written by the controller."""
+
     last_applied_spec: dict[str, Any] | None = Field(
         default=None,
         description="The last spec the controller found valid and ran; it keeps running while the spec is "
@@ -281,15 +286,9 @@ class HeadroomConfigSpec(Model):
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
 
 
-class NodePoolProfileStatus(Model):
+class NodePoolProfileStatus(_ControllerStatus):
     """What the controller sees on this pool's nodes."""
 
-    last_heartbeat_time: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
-        description="Renewed at least every minute by the controller's leader; an older one means no "
-        "controller is working on this object.",
-    )
     last_applied_spec: dict[str, Any] | None = Field(
         default=None,
         description="The last spec the controller found valid (also once merged with HeadroomConfig) and ran; "

@@ -53,6 +53,11 @@ class Settings:
     # valid version known, a profile unusable and without a valid version); None: writable.
     blocked: str | None = None
 
+    @property
+    def mode(self) -> str:
+        """DryRun, Paused or Active: how `plan`, status and the printer columns name it."""
+        return "DryRun" if self.dry_run else "Paused" if self.paused else "Active"
+
 
 @dataclass(slots=True, frozen=True)
 class Overrides:

@@ -23,7 +23,6 @@ from ..cluster.api import Api, ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
 from ..core.eligibility import POOL_PAUSED
-from ..core.params import Settings
 from ..core.planner import NodePlan
 
 log = logging.getLogger("headroom.status")
@@ -67,12 +66,6 @@ DEFAULT_POOL = "(default)"  # the nodes no NodePoolProfile selects
 def _effective(stats: list[NodeStat]) -> float:
     requests = sum(s.requests for s in stats)
     return sum(s.targets for s in stats) / requests if requests else 1.0
-
-
-def _mode(settings: Settings | None) -> str:
-    if settings is None:
-        return "Active"
-    return "DryRun" if settings.dry_run else "Paused" if settings.paused else "Active"
 
 
 def _cond(kind: str, status: str, reason: str, message: str, generation: int) -> dict[str, Any]:
@@ -245,7 +238,8 @@ class StatusWriter:
             entry = pools.setdefault(stat.pool, [0, 0])
             entry[0] += 1
             entry[1] += stat.managed
-        modes = {name: _mode(resolver.settings_of(name) if name else resolver.base) for name in pools}
+        pool_settings = {name: resolver.settings_of(name) if name else resolver.base for name in pools}
+        modes = {name: s.mode if s is not None else "Active" for name, s in pool_settings.items()}
         used = {modes[name] for name, (nodes, _) in pools.items() if nodes}
         status: dict[str, Any] = {
             "observedGeneration": int(obj["metadata"].get("generation") or 0),
