@@ -57,6 +57,21 @@ def events(api: Api, ns: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in api.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] if e["reason"] == reason]
 
 
+def node_events(api: Api, node: str, reason: str = "CPULimitAdjusted") -> list[dict[str, Any]]:
+    """Events about a node (recorded in `default`), oldest first."""
+    found = [e for e in events(api, "default", reason) if e["regarding"].get("kind") == "Node"]
+    return sorted((e for e in found if e["regarding"]["name"] == node), key=lambda e: e["eventTime"])
+
+
+def wait_node_event(api: Api, node: str, reason: str = "CPULimitAdjusted", timeout: float = 10.0) -> dict[str, Any]:
+    """The node's first such event, waiting for it (events go out after the resizes)."""
+    deadline = time.monotonic() + timeout
+    while not (found := node_events(api, node, reason)):
+        assert time.monotonic() < deadline, f"no {reason} event on node {node} within {timeout}s"
+        time.sleep(0.2)
+    return found[0]
+
+
 def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 

@@ -165,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logs.setup(args.log_format, args.log_level)
     options = Options(
         workers=args.workers,
+        status_annotation=args.status_annotation,
         identity=args.identity or "",
         leader_elect=args.leader_elect,
         lease_namespace=args.lease_namespace or _own_namespace(),
@@ -311,6 +312,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--workers", type=int, default=2, help="nodes reconciled in parallel (default 2)")
     p.add_argument("--identity", help="this replica's name in events and leases (default: hostname)")
+    p.add_argument(
+        "--status-annotation",
+        nargs="?",
+        const=True,
+        default=True,
+        type=_flag_bool,
+        metavar="true|false",
+        help="write the kube-headroom.dev/status annotation on managed pods (default true; false halves the "
+        "writes per changed pod on very large clusters)",
+    )
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")

@@ -8,7 +8,17 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import cond, cpu_limits, create_pod, events, versions, wait_annotation, wait_for, wait_limits
+from cluster_helpers import (
+    cond,
+    cpu_limits,
+    create_pod,
+    events,
+    versions,
+    wait_annotation,
+    wait_for,
+    wait_limits,
+    wait_node_event,
+)
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.sim.kubelet import SimulatedKubelet
@@ -31,10 +41,10 @@ def test_lone_pod_gets_request_times_max_multiplier_and_neighbours_shrink_it(clu
         wait_limits(api, ns, "solo", ["5"], timeout=15)  # 500m x 10, under allocatable 8
         status = wait_annotation(api, ns, "solo")
         assert '"target":"5000m"' in status and '"policy":"proportional-v1"' in status
-        # the event says which clamp decided, and the factor before caps
-        assert events(api, ns, "CPULimitAdjusted")[0]["note"].startswith(
-            "none → 5 (decided by maxMultiplier; node factor 16.00 before caps"
-        )
+        # one event on the node per wave: the factor before caps, each pod's change and its clamp
+        note = wait_node_event(api, node)["note"]
+        assert note.startswith("adjusted the CPU limit of 1 pod (node factor 16.00 before caps"), note
+        assert note.endswith(f"{ns}/solo none → 5 (decided by maxMultiplier)"), note
 
         # neighbours book 6 cores: S = 8 - 6.5 = 1.5, M = 2.5, N = 3;
         # solo = 500m + max(1.5 x 0.5/2.5 = 300m, min(floor 1, S/N = 500m)) = 1

@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import CONTROLLER_TOKEN
 
 from chart import PROMTOOL, dashboard_metric_names
-from cluster_helpers import cpu_limits, create_pod, events, wait_limits
+from cluster_helpers import cpu_limits, create_pod, node_events, wait_limits, wait_node_event
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, pod_path
 from headroom.sim.controlplane import ADMIN_TOKEN
@@ -37,6 +37,7 @@ def test_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
         a.wait_for_log("became leader")
         b = start_controller("--identity", "replica-b")
         wait_limits(api, namespace, "first", ["5"], timeout=10)
+        wait_node_event(api, node)  # A's event follows its resize
         assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-a"
 
         a.proc.kill()  # SIGKILL: no lease release
@@ -52,7 +53,12 @@ def test_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
 
         # at no moment did both write: every write of A precedes every write of B
         by = {"replica-a": [], "replica-b": []}
-        for e in events(api, namespace, "CPULimitAdjusted"):
+        wait_node_event(api, node)
+        deadline = time.monotonic() + 10
+        while len(node_events(api, node)) < 2:
+            assert time.monotonic() < deadline, "replica-b recorded no event"
+            time.sleep(0.2)
+        for e in node_events(api, node):
             by[e["reportingInstance"]].append(_ts(e["eventTime"]))
         assert by["replica-a"] and by["replica-b"]
         assert max(by["replica-a"]) < killed <= min(by["replica-b"])

@@ -227,31 +227,42 @@ def test_every_write_stays_within_the_global_and_per_node_budgets(
         for i in range(pods):
             create_pod(api, namespace, n, f"{n}-{i}", containers=[container(cpu="100m")])
     start_controller(kubeconfig=kubeconfig)
-    wait_converged(api, timeout=120)
+    took = wait_converged(api, timeout=120)
+    deadline = time.monotonic() + 60  # the annotations and events follow the resizes
+    while any(
+        "kube-headroom.dev/status" not in (p["metadata"].get("annotations") or {})
+        for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+    ):
+        assert time.monotonic() < deadline, "annotations still missing 60 s after convergence"
+        time.sleep(0.5)
     writes = sorted(fp.writes)
-    assert len(writes) >= 2000, len(writes)
+    assert len(writes) >= 2 * len(nodes) * pods, len(writes)
 
-    def worst(times: list[float]) -> int:
+    def worst(times: list[float], window: float = 1.0) -> int:
         best, j = 0, 0
         for i, t in enumerate(times):
-            while times[j] <= t - 1.0:
+            while times[j] <= t - window:
                 j += 1
             best = max(best, i - j + 1)
         return best
 
     overall = worst([w[0] for w in writes])
+    sustained = worst([w[0] for w in writes], 5.0)
     by_node: dict[str, list[float]] = {}
     for t, _, path, _ in writes:
-        if "/pods/" in path:
+        if path.endswith("/resize"):  # the per-node budget is the kubelet's: it bounds resizes
             name = path.rsplit("/pods/", 1)[1].split("/")[0]
             by_node.setdefault(name.rsplit("-", 1)[0], []).append(t)
     node_worst = max(worst(ts) for ts in by_node.values())
+    resizes = sum(len(ts) for ts in by_node.values())
     print(
-        f"\nrate run: {len(writes)} writes, at most {overall} in any 1 s window (clientQPS {qps}), "
-        f"at most {node_worst} per node (perNodePatchesPerSecond {per_node})"
+        f"\nrate run: {resizes} resizes converged in {took:.1f}s ({resizes / qps:.1f}s at clientQPS); "
+        f"{len(writes)} writes in all, at most {overall} in any 1 s window and {sustained} in any 5 s "
+        f"(clientQPS {qps}), at most {node_worst} resizes per node in 1 s (perNodePatchesPerSecond {per_node})"
     )
-    # One write of slack: the limiter spaces writes at the controller; the network may bunch two.
-    assert overall <= qps + 1 and node_worst <= per_node + 1
+    # The limiter hands out tokens 1/clientQPS apart; the proxy sees them after thread
+    # scheduling and the network, which can bunch a few: 5 % slack over 1 s, 2 writes over 5 s.
+    assert overall <= qps * 1.05 + 1 and sustained <= 5 * qps + 2 and node_worst <= per_node + 1
 
 
 def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_back_at_expiry(

@@ -12,7 +12,7 @@ from headroom.cluster.cache import ClusterCache
 from headroom.cluster.writer import CONFLICT, ERROR, GONE, INVALID, QUOTA_DENIED, outcome_of, resize_body
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.engine.backoff import PodBackoff, RetryDelay
-from headroom.engine.queue import NodeQueue, TokenBucket, WriteLimiter
+from headroom.engine.queue import NodeBusy, NodeQueue, TokenBucket, WriteLimiter
 
 
 class Clock:
@@ -87,6 +87,51 @@ def test_token_bucket_and_write_limiter():
     lim.acquire("a")
     lim.acquire("b")  # the global budget of 1/s binds across nodes
     assert slept == [pytest.approx(1.0)]
+
+
+def test_a_spent_node_budget_raises_instead_of_waiting_and_takes_nothing():
+    clock, slept = Clock(), []
+    lim = WriteLimiter(per_node=2.0, global_qps=100.0, clock=clock, sleep=slept.append)
+    lim.acquire("a")
+    with pytest.raises(NodeBusy) as busy:
+        lim.acquire("a")
+    assert busy.value.wait == pytest.approx(0.5)
+    lim.acquire("b")  # another node waits one global slot, not two: the refused write took nothing
+    assert slept == [pytest.approx(0.01)]
+    clock.t += 0.5
+    lim.acquire("a")
+    lim.hold(3.0)  # a Retry-After: a resize is not made to wait for it either
+    with pytest.raises(NodeBusy) as busy:
+        lim.acquire("c")
+    assert busy.value.wait == pytest.approx(3.0)
+
+
+def test_low_priority_writes_take_only_what_resizes_leave():
+    clock = Clock()
+    naps: list[float] = []
+
+    def sleep(s: float) -> None:
+        naps.append(s)
+        clock.t += s
+
+    lim = WriteLimiter(per_node=100.0, global_qps=10.0, clock=clock, sleep=sleep)
+    assert lim.acquire_low() is True and naps == []  # a free token, nobody waiting
+    assert lim.acquire_low() is True  # the next waits for the bucket, in short naps
+    assert sum(naps) == pytest.approx(0.1, abs=0.002) and max(naps) <= WriteLimiter.LOW_POLL
+    # while a resize waits for a token, a low-priority write does not take one
+    lim._waiting = 1
+    stop = threading.Event()
+    clock.t += 1.0
+    calls = []
+
+    def stop_after_some(s: float) -> None:
+        calls.append(s)
+        clock.t += s
+        if len(calls) == 5:
+            stop.set()
+
+    lim._sleep = stop_after_some
+    assert lim.acquire_low(stop) is False
 
 
 def test_pod_backoff_expires_and_retry_delay_grows():

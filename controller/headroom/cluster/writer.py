@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime
 import logging
 import secrets
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -91,6 +92,7 @@ class WriteBlocked(Exception):
 
 class Limiter(Protocol):
     def acquire(self, node: str | None = None) -> float: ...
+    def acquire_low(self, stop: threading.Event | None = None) -> bool: ...
     def hold(self, seconds: float) -> None: ...
 
 
@@ -98,13 +100,152 @@ class _Unlimited:
     def acquire(self, node: str | None = None) -> float:
         return 0.0
 
+    def acquire_low(self, stop: threading.Event | None = None) -> bool:
+        return True
+
     def hold(self, seconds: float) -> None:
         pass
 
 
+class LaneItem(Protocol):
+    def send(self, writer: Writer) -> bool:
+        """Write it; False to keep it queued for another try (the server said wait)."""
+        ...
+
+    def merge(self, older: LaneItem) -> LaneItem:
+        """This item queued under the same key as an unsent `older` one: what to keep."""
+        ...
+
+
+class Lane:
+    """The low-priority writes (status annotations, events), sent one at a time by one
+    thread with the global write budget resizes leave (`Limiter.acquire_low`).
+
+    Keyed: a pod's newer annotation replaces its unsent older one, a node's events of one
+    wave merge into one. A write that finds the view incomplete waits in the lane; one
+    that finds this replica no longer leading is dropped with all the others (the next
+    leader recomputes every node).
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[Hashable, LaneItem] = {}
+        self._cond = threading.Condition()
+        self._serial = 0
+
+    def put(self, key: Hashable | None, item: LaneItem) -> None:
+        """Queue `item`; `key` None: never merged with another."""
+        with self._cond:
+            if key is None:
+                self._serial += 1
+                key = ("serial", self._serial)
+            older = self._items.get(key)
+            self._items[key] = item if older is None else item.merge(older)
+            self._cond.notify()
+
+    def depth(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def clear(self) -> None:
+        with self._cond:
+            self._items.clear()
+
+    def run(self, writer: Writer, stop: threading.Event) -> None:
+        """The lane's thread: until `stop`."""
+        while not stop.is_set():
+            with self._cond:
+                if not self._items:
+                    self._cond.wait(0.5)
+                    continue
+            if not writer.limiter.acquire_low(stop):
+                return
+            with self._cond:
+                if not self._items:
+                    continue
+                key = next(iter(self._items))
+                item = self._items.pop(key)
+            try:
+                done = item.send(writer)
+            except NotLeader:
+                self.clear()
+                continue
+            except WriteBlocked:
+                done = False
+                stop.wait(1.0)
+            if not done:
+                with self._cond:
+                    if key not in self._items:  # unless something newer took its place
+                        self._items[key] = item  # at the end: the others go first
+
+
+@dataclass(slots=True)
+class _Annotation:
+    pod: Pod
+    value: str
+    still_wanted: Callable[[], bool]
+    on_outcome: Callable[[Outcome], None]
+
+    def send(self, writer: Writer) -> bool:
+        if not self.still_wanted():  # the pod was deleted meanwhile: nothing to write
+            return True
+        body = {"metadata": {"annotations": {keys.STATUS_KEY: self.value}}}
+        path = pod_path(self.pod.namespace, self.pod.name)
+        outcome = writer._pod_write(
+            self.pod, lambda: writer.api.patch(path, body, MERGE_PATCH, writer.params), budget=False
+        )
+        if outcome.result == THROTTLED:
+            return False
+        self.on_outcome(outcome)
+        return True
+
+    def merge(self, older: LaneItem) -> LaneItem:
+        return self
+
+
+@dataclass(slots=True)
+class _Event:
+    regarding: dict[str, str]
+    kind: str
+    reason: str
+    note: str
+    action: str
+
+    def send(self, writer: Writer) -> bool:
+        return writer._post_event(self.regarding, self.kind, self.reason, self.note, self.action)
+
+    def merge(self, older: LaneItem) -> LaneItem:
+        return self
+
+
+@dataclass(slots=True)
+class _NodeWave:
+    """One event for a node's wave of resizes (or, in a dry run, of resizes not made)."""
+
+    node: str
+    reason: str
+    lead: str  # "adjusted" / "dry-run, not applied: would adjust"
+    changes: list[str]
+    tail: str  # the node's figures after the latest pass
+
+    def send(self, writer: Writer) -> bool:
+        n = len(self.changes)
+        shown = ", ".join(self.changes[:20]) + (f" and {n - 20} more" if n > 20 else "")
+        note = f"{self.lead} the CPU limit of {n} pod{'s' if n != 1 else ''} ({self.tail}): {shown}"
+        regarding = {"apiVersion": "v1", "kind": "Node", "name": self.node}
+        return writer._post_event(regarding, "Normal", self.reason, note, "Resize")
+
+    def merge(self, older: LaneItem) -> LaneItem:
+        if isinstance(older, _NodeWave):
+            self.changes = older.changes + self.changes
+        return self
+
+
 class Writer:
     """Every write goes through here: the leadership fence, the write budget (`limiter`),
-    and, for writes to pods, the view gate (`blocked` names why the view is incomplete)."""
+    and, for writes to pods, the view gate (`blocked` names why the view is incomplete).
+
+    Resizes are sent at once by the worker that decided them; status annotations and
+    events go to the low-priority lane (`lane`, run by a thread of the controller's)."""
 
     def __init__(
         self,
@@ -120,14 +261,17 @@ class Writer:
         self.limiter: Limiter = limiter or _Unlimited()
         self.blocked = blocked
         self.params = {"fieldManager": keys.FIELD_MANAGER}
+        self.lane = Lane()
 
     def fence(self) -> None:
         if not self.may_write():
             raise NotLeader()
 
-    def _pod_write(self, pod: Pod, send: Callable[[], object]) -> Outcome:
+    def _pod_write(self, pod: Pod, send: Callable[[], object], budget: bool = True) -> Outcome:
+        """`budget` False: the caller (the lane) already holds a token."""
         self.fence()
-        self.limiter.acquire(pod.node_name)
+        if budget:
+            self.limiter.acquire(pod.node_name)  # NodeBusy: nothing taken, nothing sent
         # Checked after the wait for a token, right before sending: a watch may have failed meanwhile.
         why = self.blocked()
         if why is not None:
@@ -143,14 +287,20 @@ class Writer:
         return Outcome(APPLIED)
 
     def resize(self, pod: Pod, target: PodTarget) -> Outcome:
+        """The resize, sent now; raises NodeBusy when the node's budget is spent."""
         path, body = pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target)
         return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params))
 
-    def annotate(self, pod: Pod, value: str) -> Outcome:
-        """Write kube-headroom.dev/status; metadata only (RBAC: patch pods)."""
-        body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
-        path = pod_path(pod.namespace, pod.name)
-        return self._pod_write(pod, lambda: self.api.patch(path, body, MERGE_PATCH, self.params))
+    def annotate(
+        self,
+        pod: Pod,
+        value: str,
+        still_wanted: Callable[[], bool] = lambda: True,
+        on_outcome: Callable[[Outcome], None] = lambda outcome: None,
+    ) -> None:
+        """Queue kube-headroom.dev/status for the lane; metadata only (RBAC: patch pods).
+        `on_outcome` hears how it went (not on 429, which is retried)."""
+        self.lane.put(("annotation", pod.key), _Annotation(pod, value, still_wanted, on_outcome))
 
     def apply_status(self, body: dict[str, Any]) -> None:
         """Server-side apply of a custom resource's status; raises ApiError."""
@@ -165,13 +315,21 @@ class Writer:
             raise
 
     def event(self, pod: Pod, kind: str, reason: str, note: str, action: str = "Resize") -> None:
-        """An events.k8s.io/v1 Event on the pod."""
+        """Queue an events.k8s.io/v1 Event on the pod."""
         ref = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
         self.object_event(ref, kind, reason, note, action)
 
     def object_event(self, regarding: dict[str, str], kind: str, reason: str, note: str, action: str) -> None:
-        """An Event about any object (cluster-scoped ones are recorded in `default`).
-        Best effort: a lost event is only logged."""
+        """Queue an Event about any object (cluster-scoped ones are recorded in `default`)."""
+        self.lane.put(None, _Event(regarding, kind, reason, note, action))
+
+    def node_wave(self, node: str, reason: str, lead: str, changes: list[str], tail: str) -> None:
+        """Queue the node's one event for a wave of changes; merged with its unsent one."""
+        self.lane.put(("wave", node, reason), _NodeWave(node, reason, lead, list(changes), tail))
+
+    def _post_event(self, regarding: dict[str, str], kind: str, reason: str, note: str, action: str) -> bool:
+        """Send one Event (the lane holds a token). Best effort: a lost event is only
+        logged; False (kept for another try) only when the server said to wait."""
         self.fence()
         namespace = regarding.get("namespace") or "default"
         body = {
@@ -187,14 +345,14 @@ class Writer:
             "type": kind,
             "regarding": regarding,
         }
-        self.limiter.acquire()
-        self.fence()
         try:
             self.api.post(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body)
         except ApiError as exc:
             if exc.status == 429:
                 self.limiter.hold(exc.retry_after or 1.0)
+                return False
             log.warning(
                 "event not recorded",
                 extra={"object": f"{regarding['kind']}/{regarding['name']}", "reason": reason, "error": str(exc)},
             )
+        return True

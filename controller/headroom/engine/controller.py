@@ -18,7 +18,7 @@ from ..cluster.certs import CertManager
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
-from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Writer
+from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
@@ -62,6 +62,7 @@ class Options:
     webhook_names: tuple[str, ...] = ()
     webhook_configuration: str | None = None
     webhook_cert_check: float = 3600.0
+    status_annotation: bool = True  # write kube-headroom.dev/status on managed pods
 
 
 class Controller:
@@ -103,6 +104,8 @@ class Controller:
             self._pod_level_for,
             self._count,
             self._observe,
+            self._annotation_failed,
+            annotate=self.options.status_annotation,
         )
         self.status = StatusWriter(
             api,
@@ -132,6 +135,11 @@ class Controller:
                 self.status.facts.applied += 1
             elif result not in (CONFLICT, THROTTLED):
                 self.status.facts.failed += 1
+
+    def _annotation_failed(self, node: str, outcome: Outcome) -> None:
+        """A status annotation the server refused: recompute the node after the retry delay
+        (it queues the annotation again)."""
+        self.queue.add(node, after=max(self.retry.next(node), outcome.retry_after or 0.0), hold=True)
 
     def _error(self, component: str) -> None:
         self.metrics.errors.labels(component).inc()
@@ -211,12 +219,15 @@ class Controller:
         for name in stale.gone:
             self.queue.forget(name)
             self.limiter.forget(name)
+            self.reconciler.node_gone(name)
             self.metrics.forget_node(name)
             self.status.node_gone(name)
 
         for name in stale.urgent:
+            self.reconciler.changed(name, urgent=True)
             self.queue.add(name, immediate=True)
         for name in stale.nodes - stale.urgent:
+            self.reconciler.changed(name)
             self.queue.add(name)
 
     def _record(self, build: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
@@ -395,6 +406,7 @@ class Controller:
         for name in nodes:
             self.queue.add(name)
         self._spawn("status", self._status_loop)
+        self._spawn("low-priority-writes", lambda: self.writer.lane.run(self.writer, self.stop))
         for i in range(self.options.workers):
             self.workers.append(self._spawn(f"worker-{i}", self._work))
         self._spawn("capabilities", self._refresh_loop)
@@ -527,7 +539,7 @@ class Controller:
             return
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
-        if result.blocked is None:
+        if result.blocked is None and not result.partial:
             self.status.node_done(node, ok=not result.failed, wrote=result.resizes > 0)
             if not result.failed:
                 self._pass_progress(node)

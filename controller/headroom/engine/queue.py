@@ -131,25 +131,48 @@ class TokenBucket:
         self.tokens = burst
         self.stamp = now
 
+    def _refill(self, t: float) -> None:
+        if t > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (t - self.stamp) * self.rate)
+            self.stamp = t
+
+    def wait(self, now: float) -> float:
+        """The seconds from `now` until a token is free, taking nothing."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate + max(self.stamp - now, 0.0)
+
     def reserve(self, now: float, start: float | None = None) -> float:
         """Take a token for a write at `start` (default now) or later; the seconds from
         `now` to wait before using it."""
         t = max(now if start is None else start, self.stamp)
-        self.tokens = min(self.burst, self.tokens + (t - self.stamp) * self.rate)
-        self.stamp = t
+        self._refill(t)
         self.tokens -= 1
         return (t - now) + (0.0 if self.tokens >= 0 else -self.tokens / self.rate)
 
 
+class NodeBusy(Exception):
+    """The node's write budget is spent for `wait` seconds; nothing was taken."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"node budget spent for {wait:.3f}s")
+        self.wait = wait
+
+
 class WriteLimiter:
     """Every write the controller makes takes a token from one global bucket (`clientQPS`);
-    writes to a node's pods also take one from that node's bucket.
+    resizes also take one from their node's bucket.
 
     Both buckets hold a single token, so the configured rate is a hard bound: no 1-second
     window ever holds more than `rate` writes. A server's Retry-After holds every write.
+
+    A resize whose node bucket is empty does not wait: `acquire` raises NodeBusy and the
+    worker takes another node. Only the global budget makes a writer wait, and low-priority
+    writes (annotations, events: `acquire_low`) take a global token only when it is free
+    now and no resize is waiting for one.
     """
 
     BURST = 1.0
+    LOW_POLL = 0.05  # longest nap of a low-priority writer between looks at the budget
 
     def __init__(
         self,
@@ -163,6 +186,7 @@ class WriteLimiter:
         self._lock = threading.Lock()
         self._nodes: dict[str, TokenBucket] = {}
         self._held_until = 0.0
+        self._waiting = 0  # high-priority writers holding a reservation, sleeping until it is due
         self.per_node = per_node
         self._global = TokenBucket(global_qps, self.BURST, clock())
 
@@ -183,19 +207,46 @@ class WriteLimiter:
             self._held_until = max(self._held_until, self._clock() + seconds)
 
     def acquire(self, node: str | None = None) -> float:
-        """Block until one more write (to a pod on `node`, if given) is allowed; the seconds waited."""
+        """Block until one more write is allowed; the seconds waited. With `node` (a resize
+        of a pod there), raise NodeBusy instead of waiting for that node's bucket."""
         with self._lock:
             now = self._clock()
             start = max(now, self._held_until)
-            wait = self._global.reserve(now, start)
+            bucket = None
             if node is not None:
                 bucket = self._nodes.get(node)
                 if bucket is None:
                     bucket = self._nodes[node] = TokenBucket(self.per_node, self.BURST, now)
+                busy = bucket.wait(start) + (start - now)
+                if busy > 0:
+                    raise NodeBusy(busy)
+            wait = self._global.reserve(now, start)
+            if bucket is not None:
                 wait = max(wait, bucket.reserve(now, start))
+            if wait > 0:
+                self._waiting += 1
         if wait > 0:
-            self._sleep(wait)
+            try:
+                self._sleep(wait)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
         return wait
+
+    def acquire_low(self, stop: threading.Event | None = None) -> bool:
+        """Block until a global token is free with no resize waiting, and take it; False
+        when `stop` was set first."""
+        while stop is None or not stop.is_set():
+            with self._lock:
+                now = self._clock()
+                nap = max(self._held_until - now, 0.0)
+                if nap == 0.0:
+                    nap = self._global.wait(now)
+                    if nap == 0.0 and self._waiting == 0:
+                        self._global.reserve(now)
+                        return True
+            self._sleep(min(max(nap, 0.001), self.LOW_POLL))
+        return False
 
     def forget(self, node: str) -> None:
         with self._lock:

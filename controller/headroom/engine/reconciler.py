@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -15,9 +16,10 @@ from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, plan_node
 from ..core.policy import PodTarget, outside_deadband
 from ..core.quantity import QuantityError, cpu_milli, format_milli
-from ..core.records import Node, Pod
+from ..core.records import Namespace, Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState
+from .queue import NodeBusy
 
 log = logging.getLogger("headroom.reconcile")
 
@@ -35,6 +37,7 @@ class Result:
     resizes: int = 0  # resizes the server accepted
     failed: bool = False  # a server error: the node is retried with exponential backoff
     blocked: str | None = None  # nothing was written because of this
+    partial: bool = False  # the node's budget ran out: resizes still wait (requeue_after)
 
     def retry_at(self, after: float, hold: bool = False) -> None:
         """Ask for another pass after `after` seconds (the earliest of several asks wins,
@@ -84,7 +87,19 @@ def _change(pod: Pod, t: PodTarget) -> str:
     return f"{before} → {format_milli(sum(c.target for c in t.containers))}"
 
 
+@dataclass(slots=True)
+class _Continuation:
+    """A pass cut short by the node's write budget: the resizes still to write, as decided."""
+
+    plan: NodePlan
+    steps: list[PodPlan]
+
+
 class Reconciler:
+    """One pass over a node: decide every pod's target, write the resizes now (the node's
+    budget permitting: otherwise the pass stops and the rest waits, as decided, for the
+    next turn), queue status annotations and events for the low-priority lane."""
+
     def __init__(
         self,
         cache: ClusterCache,
@@ -94,6 +109,9 @@ class Reconciler:
         pod_level_resize: Callable[[Node], bool],
         on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None,
         on_plan: Callable[[NodePlan], None] = lambda plan: None,
+        on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None,
+        annotate: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.config = config
@@ -102,17 +120,38 @@ class Reconciler:
         self.pod_level_resize = pod_level_resize
         self.on_outcome = on_outcome  # (result, dry_run): metrics hook
         self.on_plan = on_plan  # every computed node: metrics hook
+        self.on_annotation_failed = on_annotation_failed  # (node, outcome): retry the node
+        self.annotate = annotate  # False: no kube-headroom.dev/status at all (very large clusters)
+        self._clock = clock
         self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
+        self._continuations: dict[str, _Continuation] = {}
+        self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
 
     def forget(self, pod_key: str) -> None:
         """A deleted pod: drop what was remembered about it."""
         self._refused_seen.pop(pod_key, None)
         self._warned.pop(pod_key, None)
 
+    def changed(self, node: str, urgent: bool = False) -> None:
+        """An input of `node` changed (called from the watch threads). An urgent change (the
+        node's allocatable dropped) throws away resizes still waiting from an earlier pass."""
+        self._changed_at.setdefault(node, self._clock())
+        if urgent:
+            self._continuations.pop(node, None)
+
+    def node_gone(self, node: str) -> None:
+        self._continuations.pop(node, None)
+        self._changed_at.pop(node, None)
+
+    def pending(self, node: str) -> bool:
+        """Resizes of an earlier pass still wait for the node's budget."""
+        return node in self._continuations
+
     def reconcile(self, node_name: str) -> Result:
         view = self.cache.view(node_name)
         if view is None:
+            self.node_gone(node_name)
             return Result()
         why = self.writer.blocked()
         if why is not None:  # a partial view: decide nothing, look again once it is whole
@@ -121,7 +160,31 @@ class Reconciler:
             return result
         settings = self.config.settings_for(view.node.labels)
         self.backoff.period = self.config.base.backoff_seconds
-        for pod in view.pods:
+        result = Result(blocked=settings.blocked)
+        cont = self._continuations.pop(node_name, None)
+        if cont is not None and cont.plan.settings != settings:
+            cont = None  # the configuration changed since: decide again
+        if cont is None:
+            self._changed_at.pop(node_name, None)  # this plan sees every change so far
+            cont = self._plan(view.node, view.pods, view.namespaces, settings, result)
+            if cont is None:
+                return result
+        try:
+            self._resize(node_name, cont, result)
+        except WriteBlocked as exc:
+            result.blocked = str(exc)
+            result.retry_at(BLOCKED_DELAY, hold=True)
+        changed = self._changed_at.get(node_name)
+        if changed is not None:  # a change arrived while this plan was being written
+            result.retry_at(max(0.0, changed + self.config.base.debounce_seconds - self._clock()))
+        return result
+
+    def _plan(
+        self, node: Node, pods: tuple[Pod, ...], namespaces: Mapping[str, Namespace], settings: Settings, result: Result
+    ) -> _Continuation | None:
+        """Decide the node; queue its warnings and the annotations of pods that need no
+        resize; the resizes to write (None: nothing to write)."""
+        for pod in pods:
             if pod.resize_infeasible and self._refused_seen.get(pod.key) != pod.resize_refused_generation:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
@@ -135,100 +198,111 @@ class Reconciler:
                     )
         backing_off = self.backoff.active()
         plan = plan_node(
-            view.node,
-            view.pods,
-            view.namespaces,
-            settings,
-            pod_level_resize=self.pod_level_resize(view.node),
-            backing_off=backing_off,
+            node, pods, namespaces, settings, pod_level_resize=self.pod_level_resize(node), backing_off=backing_off
         )
         self.on_plan(plan)
-        result = Result(blocked=settings.blocked)
         # A backoff that expires must bring the node back by itself, not wait for an event.
-        for pod in view.pods:
+        for pod in pods:
             if pod.key in backing_off:
                 left = self.backoff.remaining(pod.key)
                 if left is not None:
                     result.retry_at(left + 0.05)
         if settings.blocked is not None:
-            return result
-        try:
-            for pp in plan.pods:
-                if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
-                    self._warned[pp.pod.key] = pp.warning
-                    self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
-                if pp.target is None:
-                    continue
-                if self._apply(plan, pp, pp.target, result):
-                    break
-        except WriteBlocked as exc:
-            result.blocked = str(exc)
-            result.retry_at(BLOCKED_DELAY, hold=True)
-        return result
-
-    def _apply(self, plan: NodePlan, pp: PodPlan, t: PodTarget, result: Result) -> bool:
-        """Write one pod; True when the rest of the node should wait for a retry."""
-        pod, settings = pp.pod, plan.settings
-        wrote_resize = False
-        if t.apply and not settings.dry_run:
-            outcome = self.writer.resize(pod, t)
-            result.writes += 1
-            if outcome.result != GONE:
-                self.on_outcome(outcome.result, False)
-            if outcome.result == APPLIED:
-                wrote_resize = True
-                result.resizes += 1
-
-                log.info(
-                    "cpu limit adjusted",
-                    extra={
-                        "pod": pod.key,
-                        "node": plan.node.name,
-                        "change": _change(pod, t),
-                        "factor": round(plan.summary.factor, 2),
-                        "reason": t.bound,
-                    },
-                )
-                self.writer.event(
-                    pod,
-                    "Normal",
-                    "CPULimitAdjusted",
-                    f"{_change(pod, t)} (decided by {t.bound}; node factor {plan.summary.factor:.2f} before caps, "
-                    f"slack {format_milli(max(plan.summary.slack, 0))}/{format_milli(plan.summary.allocatable)} cores)",
-                )
-            elif self._handle_failure(pod, plan, outcome, result):
-                return True
-        if wrote_resize or annotation_due(pod, t, settings):
-            if settings.dry_run and t.apply:
+            return None
+        steps: list[PodPlan] = []
+        would: list[str] = []
+        for pp in plan.pods:
+            if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
+                self._warned[pp.pod.key] = pp.warning
+                self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
+            t = pp.target
+            if t is None:
+                continue
+            if t.apply and not settings.dry_run:
+                steps.append(pp)  # its annotation follows its resize
+                continue
+            if t.apply:
                 self.on_outcome(WOULD_APPLY, True)
-                self.writer.event(
-                    pod,
-                    "Normal",
-                    "CPULimitAdjusted",
-                    f"dry-run, not applied: {_change(pod, t)} (node factor {plan.summary.factor:.2f})",
-                )
-            outcome = self.writer.annotate(pod, status_annotation(plan, t))
-            result.writes += 1
+                would.append(f"{pp.pod.key} {_change(pp.pod, t)}")
+            if annotation_due(pp.pod, t, settings):
+                self._annotate(plan, pp.pod, t)
+        if would:
+            self.writer.node_wave(
+                node.name, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan)
+            )
+        return _Continuation(plan, steps) if steps else None
+
+    def _resize(self, node_name: str, cont: _Continuation, result: Result) -> None:
+        """Write the continuation's resizes in order until done, a failure that stops the
+        node, or the node's budget runs out (the rest is kept for the next turn)."""
+        plan = cont.plan
+        changes: list[str] = []
+        backing_off = self.backoff.active()
+        try:
+            while cont.steps:
+                pp = cont.steps[0]
+                pod = self.cache.pod(pp.pod.key)
+                if pod is None or pod.uid != pp.pod.uid or pod.key in backing_off or not pod.same_inputs(pp.pod):
+                    # Deleted, or changed since the decision: nothing to write now (a change
+                    # requeued the node; a recompute decides again).
+                    cont.steps.pop(0)
+                    continue
+                assert pp.target is not None
+                try:
+                    outcome = self.writer.resize(pod, pp.target)
+                except NodeBusy as busy:
+                    self._continuations[node_name] = cont
+                    result.partial = True
+                    result.retry_at(busy.wait)
+                    return
+                cont.steps.pop(0)
+                result.writes += 1
+                if outcome.result != GONE:
+                    self.on_outcome(outcome.result, False)
+                if outcome.result == APPLIED:
+                    result.resizes += 1
+                    changes.append(f"{pod.key} {_change(pod, pp.target)} (decided by {pp.target.bound})")
+                    log.info(
+                        "cpu limit adjusted",
+                        extra={
+                            "pod": pod.key,
+                            "node": node_name,
+                            "change": _change(pod, pp.target),
+                            "factor": round(plan.summary.factor, 2),
+                            "reason": pp.target.bound,
+                        },
+                    )
+                    self._annotate(plan, pod, pp.target)
+                elif self._handle_failure(pod, plan, outcome, result):
+                    return
+        finally:
+            if changes:
+                self.writer.node_wave(node_name, "CPULimitAdjusted", "adjusted", changes, _tail(plan))
+
+    def _annotate(self, plan: NodePlan, pod: Pod, t: PodTarget) -> None:
+        if not self.annotate:
+            return
+        node, key, uid = plan.node.name, pod.key, pod.uid
+
+        def still_wanted() -> bool:
+            now = self.cache.pod(key)
+            return now is not None and now.uid == uid
+
+        def on_outcome(outcome: Outcome) -> None:
             if outcome.result == APPLIED:
                 log.info(
                     "status annotation written",
-                    extra={
-                        "pod": pod.key,
-                        "node": plan.node.name,
-                        "target": format_milli(t.target),
-                        "dryRun": settings.dry_run,
-                    },
+                    extra={"pod": key, "node": node, "target": format_milli(t.target), "dryRun": plan.settings.dry_run},
                 )
-            elif outcome.result == CONFLICT:
-                result.retry_at(CONFLICT_DELAY, hold=True)
             elif outcome.result != GONE:
                 # Retried like a failed resize, so the annotation never stays wrong until a restart.
                 log.warning(
                     "status annotation not written; node will be retried",
-                    extra={"pod": pod.key, "result": outcome.result, "error": outcome.message},
+                    extra={"pod": key, "result": outcome.result, "error": outcome.message},
                 )
-                return self._retry(outcome, result)
-        return False
+                self.on_annotation_failed(node, outcome)
+
+        self.writer.annotate(pod, status_annotation(plan, t), still_wanted, on_outcome)
 
     def _retry(self, outcome: Outcome, result: Result) -> bool:
         """A transient failure: stop this pass; True (the rest of the node waits)."""
@@ -267,3 +341,8 @@ class Reconciler:
             extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
         )
         return self._retry(outcome, result)
+
+
+def _tail(plan: NodePlan) -> str:
+    s = plan.summary
+    return f"node factor {s.factor:.2f} before caps, slack {format_milli(max(s.slack, 0))}/{format_milli(s.allocatable)} cores"

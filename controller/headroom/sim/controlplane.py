@@ -98,6 +98,7 @@ class ControlPlane:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     port: int = 0
     startup_seconds: float = 0.0
+    extra_args: list[str] = field(default_factory=list)  # more kube-apiserver flags (an audit log)
 
     @property
     def url(self) -> str:
@@ -158,6 +159,7 @@ class ControlPlane:
                 # No controller-manager creates the default ServiceAccount in test namespaces.
                 "--disable-admission-plugins=ServiceAccount",
                 "--v=1",
+                *self.extra_args,
             ],
         )
         self._wait_ready(timeout)
