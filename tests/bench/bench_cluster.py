@@ -287,7 +287,7 @@ def audit(workdir: Path) -> list[tuple[float, str]]:
             ref = e.get("objectRef") or {}
             code = (e.get("responseStatus") or {}).get("code", 0)
             if code >= 300:
-                kind = f"refused {code}"
+                kind = f"refused {code} {ref.get('resource')}/{ref.get('subresource') or ''}".rstrip("/")
             elif ref.get("resource") == "pods" and ref.get("subresource") == "resize":
                 kind = "resize"
             elif ref.get("resource") == "pods" and not ref.get("subresource"):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import CONTROLLER_TOKEN
 
-from cluster_helpers import GROUP, cpu_limits, create_pod, events, profile, wait_annotation, wait_limits
+from cluster_helpers import GROUP, cpu_limits, create_pod, events, node_events, profile, wait_annotation, wait_limits
 from factories import container
 from faultproxy import FaultProxy, Rule
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
@@ -235,6 +235,13 @@ def test_every_write_stays_within_the_global_and_per_node_budgets(
     ):
         assert time.monotonic() < deadline, "annotations still missing 60 s after convergence"
         time.sleep(0.5)
+    # One CPULimitAdjusted event per node and wave, not one per pod (and within the
+    # server's limits: a 35-pod note is cut to 1 KiB of UTF-8).
+    deadline = time.monotonic() + 30
+    while not all(node_events(api, n) for n in nodes):
+        assert time.monotonic() < deadline, [n for n in nodes if not node_events(api, n)]
+        time.sleep(0.5)
+    node_event_count = sum(len(node_events(api, n)) for n in nodes)
     writes = sorted(fp.writes)
     assert len(writes) >= 2 * len(nodes) * pods, len(writes)
 
@@ -258,8 +265,10 @@ def test_every_write_stays_within_the_global_and_per_node_budgets(
     print(
         f"\nrate run: {resizes} resizes converged in {took:.1f}s ({resizes / qps:.1f}s at clientQPS); "
         f"{len(writes)} writes in all, at most {overall} in any 1 s window and {sustained} in any 5 s "
-        f"(clientQPS {qps}), at most {node_worst} resizes per node in 1 s (perNodePatchesPerSecond {per_node})"
+        f"(clientQPS {qps}), at most {node_worst} resizes per node in 1 s (perNodePatchesPerSecond {per_node}); "
+        f"{node_event_count} CPULimitAdjusted events for {len(nodes)} nodes"
     )
+    assert node_event_count <= 3 * len(nodes)
     # The limiter hands out tokens 1/clientQPS apart; the proxy sees them after thread
     # scheduling and the network, which can bunch a few: 5 % slack over 1 s, 2 writes over 5 s.
     assert overall <= qps * 1.05 + 1 and sustained <= 5 * qps + 2 and node_worst <= per_node + 1

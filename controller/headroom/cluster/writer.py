@@ -76,6 +76,13 @@ def resize_body(pod: Pod, target: PodTarget) -> dict[str, Any]:
     return {"metadata": meta, "spec": spec}
 
 
+def _clip(text: str, limit: int) -> str:
+    """At most `limit` bytes of UTF-8 (the API server's limit on an Event's note is in
+    bytes, and "→" takes three), cut at a character boundary."""
+    raw = text.encode()
+    return text if len(raw) <= limit else raw[: limit - 3].decode(errors="ignore") + "..."
+
+
 def now_rfc3339(micro: bool = False) -> str:
     now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
@@ -341,7 +348,7 @@ class Writer:
             "reportingInstance": self.instance,
             "action": action,
             "reason": reason,
-            "note": note[:1024],
+            "note": _clip(note, 1024),
             "type": kind,
             "regarding": regarding,
         }
