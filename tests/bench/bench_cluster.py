@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+from cluster_helpers import register_webhook  # noqa: E402
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.planner import plan_cluster  # noqa: E402
@@ -107,7 +108,7 @@ def pod_body(name: str, node: str, cpu: str) -> dict[str, Any]:
     }
 
 
-def populate(api: Api, nodes: int, per_node: int, rng: random.Random) -> list[str]:
+def populate(api: Api, nodes: int, per_node: int, rng: random.Random, spec: dict[str, Any]) -> list[str]:
     for crd in sorted((ROOT / "crds").glob("*.yaml")):
         api.apply(YAML(typ="safe").load(crd.read_text()), "bench")
     api.apply(
@@ -161,7 +162,7 @@ def populate(api: Api, nodes: int, per_node: int, rng: random.Random) -> list[st
                     "apiVersion": "kube-headroom.dev/v1alpha1",
                     "kind": "HeadroomConfig",
                     "metadata": {"name": "cluster"},
-                    "spec": {},
+                    "spec": spec,
                 },
                 "bench",
             )
@@ -278,8 +279,9 @@ def unconverged(api: Api) -> int:
     return sum(1 for pp in plan.all_pods() if pp.target is not None and pp.target.apply)
 
 
-def audit(workdir: Path) -> list[tuple[float, str]]:
-    """(time, kind) of every write of the subject's that the server accepted."""
+def audit(workdir: Path, names: bool = False) -> list[tuple[float, str]]:
+    """(time, kind) of every write of the subject's (refused ones as "refused CODE ...");
+    with `names`, a resize's kind also names its pod ("resize NAME")."""
     out = []
     with open(workdir / "audit.log") as f:
         for line in f:
@@ -289,7 +291,7 @@ def audit(workdir: Path) -> list[tuple[float, str]]:
             if code >= 300:
                 kind = f"refused {code} {ref.get('resource')}/{ref.get('subresource') or ''}".rstrip("/")
             elif ref.get("resource") == "pods" and ref.get("subresource") == "resize":
-                kind = "resize"
+                kind = f"resize {ref.get('name')}" if names else "resize"
             elif ref.get("resource") == "pods" and not ref.get("subresource"):
                 kind = "annotation"
             elif ref.get("resource") == "events":
@@ -300,6 +302,21 @@ def audit(workdir: Path) -> list[tuple[float, str]]:
             t = datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
             out.append((t, kind))
     return out
+
+
+def settle(workdir: Path, most: float) -> float:
+    """Wait until the subject has written nothing for 5 s (at most `most` s); when its last
+    write was (time.monotonic())."""
+    deadline = time.monotonic() + most
+    last_size, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        size = (workdir / "audit.log").stat().st_size
+        if size != last_size:
+            last_size, last_change = size, time.monotonic()
+        elif time.monotonic() - last_change >= 5.0:
+            break
+        time.sleep(0.5)
+    return last_change
 
 
 def proc_figures(pid: int) -> tuple[float, float]:
@@ -370,7 +387,7 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
     api = cp.api()
     rng = random.Random(11)
     try:
-        populate(api, args.nodes, args.pods_per_node, rng)
+        populate(api, args.nodes, args.pods_per_node, rng, json.loads(args.spec))
         fleet = FleetKubelet(api).start()
         total = args.nodes * args.pods_per_node
         while not all_running(api, total):  # the subject starts on a settled cluster
@@ -384,6 +401,13 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
             argv += ["--metrics-port=0", "--health-port=0"]
             if subject == "headroom-no-annotation":
                 argv.append("--status-annotation=false")
+        webhook = subject != "naive" and args.webhook
+        if webhook:  # served from the start; registered only for the churn, after convergence
+            certs = workdir / "webhook"
+            certs.mkdir()
+            cp.ca.issue(certs, "tls", ["127.0.0.1"])
+            port = controlplane.free_port()
+            argv += [f"--webhook-port={port}", f"--webhook-cert-dir={certs}"]
         began = time.monotonic()
         wall_began = time.time()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -392,7 +416,7 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
             time.sleep(1.0)
             left = unconverged(api)
         converged_s = time.monotonic() - began
-        time.sleep(args.settle)  # the annotations and events after the last resize
+        drained_s = settle(workdir, args.settle) - began  # the annotations and events after the last resize
         writes = audit(workdir)
         rss, cpu = proc_figures(proc.pid)
         first = min((t for t, k in writes if k == "resize"), default=wall_began) - wall_began
@@ -405,12 +429,17 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
             "converged_s": converged_s if not left else None,
             "left": left,
             "first_write_s": first,
+            "drained_s": drained_s,
             "writes": by_kind,
             "rss_mb": rss,
             "cpu_s": cpu,
         }
         if args.churn:
+            if webhook:
+                register_webhook(api, "headroom-bench", port, cp.ca_file.read_bytes())
+                time.sleep(2.0)  # the API server picks the configuration up
             out["churn"] = churn(api, fleet, args, workdir, len(writes))
+            out["churn"]["webhook"] = webhook
             out["rss_mb"], out["cpu_s"] = proc_figures(proc.pid)
         proc.terminate()
         proc.wait(10)
@@ -442,8 +471,10 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     live = set(created)
     without = sum(1 for n in live if n not in fleet.limited_at)
     lat = sorted(fleet.limited_at[n] - fleet.created_at[n] for n in live if n in fleet.limited_at)
-    writes = audit(workdir)[writes_before:]
-    resizes = sum(1 for _, k in writes if k == "resize")
+    writes = audit(workdir, names=True)[writes_before:]
+    resizes = sum(1 for _, k in writes if k.startswith("resize"))
+    own = sum(1 for _, k in writes if k.startswith("resize churn-"))
+    seeded = sum(1 for n in live if n in fleet.limited_at and fleet.limited_at[n] - fleet.created_at[n] < 0.5)
     refused = sum(1 for _, k in writes if k.startswith("refused"))
     return {
         "rate": args.churn_rate,
@@ -453,6 +484,9 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
         "p50_s": statistics.median(lat) if lat else None,
         "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
         "resizes_per_created": resizes / args.churn_pods,
+        "own_resizes": own,
+        "neighbour_resizes": resizes - own,
+        "seeded_at_admission": seeded,
         "refused": refused,
     }
 
@@ -476,6 +510,7 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
         print(
             f"  writes: {total} ({', '.join(f'{k} {v}' for k, v in sorted(w.items()))}); {total / changed:.2f} per resized pod"
         )
+        print(f"  the last write {r['drained_s']:.1f} s after start (annotations and events follow the resizes)")
         print(f"  process: peak RSS {r['rss_mb']:.0f} MB, {r['cpu_s']:.1f} CPU s")
         c = r.get("churn")
         if c:
@@ -484,7 +519,9 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
             print(
                 f"  churn {c['rate']}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
                 f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
-                f"{c['resizes_per_created']:.2f} resizes per created pod; {c['refused']} writes refused"
+                f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
+                f"{c['neighbour_resizes']} of neighbours); {c['refused']} writes refused; "
+                f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )
 
 
@@ -494,7 +531,21 @@ def main() -> None:
     ap.add_argument("--pods-per-node", type=int, default=30)
     ap.add_argument("--subjects", default="headroom,headroom-no-annotation,naive")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up converging after this (s)")
-    ap.add_argument("--settle", type=float, default=15.0, help="wait after convergence before counting writes (s)")
+    ap.add_argument(
+        "--settle", type=float, default=180.0, help="at most this long for the writes after convergence to stop (s)"
+    )
+    ap.add_argument(
+        "--webhook",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="headroom serves its admission webhook; registered for the churn phase",
+    )
+    ap.add_argument(
+        "--spec",
+        default="{}",
+        help='HeadroomConfig spec as JSON, e.g. \'{"deadband": {"grow": 0.25, "shrink": 0.15}}\' (the naive '
+        "operator keeps the defaults)",
+    )
     ap.add_argument("--churn", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--churn-rate", type=float, default=20.0)
     ap.add_argument("--churn-pods", type=int, default=400)

@@ -101,6 +101,9 @@ def test_dry_run_annotates_but_writes_no_resize(cluster, headroom_config):
     assert '"target":"5000m"' in p["metadata"]["annotations"]["kube-headroom.dev/status"]
     assert cpu_limits(api, ns, "p") == ["600m"]
     assert not any(m.get("subresource") == "resize" for m in p["metadata"]["managedFields"])
+    note = wait_node_event(api, node)["note"]
+    assert note.startswith("dry-run, not applied: would adjust the CPU limit of 1 pod"), note
+    assert note.endswith(f"{ns}/p 600m → 5"), note
 
 
 def test_steady_cluster_sees_no_writes_and_a_restart_writes_nothing(cluster):

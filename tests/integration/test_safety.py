@@ -180,6 +180,34 @@ def test_retry_after_is_honoured_and_the_backoff_expiry_brings_the_pod_back(
     assert tries["q"][1] - tries["q"][0] >= 3.0, "retried before the backoff expired"
 
 
+def test_a_pod_deleted_while_its_node_waits_for_its_budget_is_not_written(
+    api, namespace, make_node, headroom_config, start_controller, proxy
+):
+    fp, kubeconfig = proxy
+    headroom_config(rateLimits={"perNodePatchesPerSecond": 1})  # a pass of 8 resizes takes 8 s
+    node = make_node(cpu="64")
+    for i in range(8):
+        create_pod(api, namespace, node, f"p{i}", containers=[container(cpu="100m")])
+    start_controller(kubeconfig=kubeconfig)
+    deadline = time.monotonic() + 20
+    while not any(cpu_limits(api, namespace, f"p{i}") != [None] for i in range(8)):
+        assert time.monotonic() < deadline, "no resize within 20 s"
+        time.sleep(0.1)
+    waiting = [f"p{i}" for i in range(8) if cpu_limits(api, namespace, f"p{i}") == [None]]
+    assert len(waiting) >= 5, waiting  # the rest of the pass waits for the node's budget
+    gone = waiting[:3]
+    for name in gone:
+        api.delete(pod_path(namespace, name), {"gracePeriodSeconds": 0})
+    deleted_at = time.monotonic()
+    for name in waiting[3:]:
+        wait_limits(api, namespace, name, ["1"], timeout=30)  # 100m x maxMultiplier 10
+    after = [
+        w for w in fp.writes if w[0] >= deleted_at and any(w[2].split("/pods/")[-1].split("/")[0] == g for g in gone)
+    ]
+    assert after == [], f"writes to deleted pods: {after}"
+    assert not [w for w in fp.writes if w[3] == 404], "a write met a pod that was gone"
+
+
 def test_no_pod_write_while_the_profiles_watch_fails(
     api, namespace, make_node, headroom_config, start_controller, proxy
 ):

@@ -9,7 +9,18 @@ import pytest
 from factories import container, namespace, node, pod
 from headroom.cluster.api import ApiError
 from headroom.cluster.cache import ClusterCache
-from headroom.cluster.writer import CONFLICT, ERROR, GONE, INVALID, QUOTA_DENIED, outcome_of, resize_body
+from headroom.cluster.writer import (
+    ADJUST,
+    CONFLICT,
+    ERROR,
+    GONE,
+    INVALID,
+    LOW,
+    QUOTA_DENIED,
+    SEED,
+    outcome_of,
+    resize_body,
+)
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.engine.backoff import PodBackoff, RetryDelay
 from headroom.engine.queue import NodeBusy, NodeQueue, TokenBucket, WriteLimiter
@@ -106,7 +117,7 @@ def test_a_spent_node_budget_raises_instead_of_waiting_and_takes_nothing():
     assert busy.value.wait == pytest.approx(3.0)
 
 
-def test_low_priority_writes_take_only_what_resizes_leave():
+def test_lower_priorities_take_only_free_tokens_nobody_higher_waits_for():
     clock = Clock()
     naps: list[float] = []
 
@@ -115,23 +126,29 @@ def test_low_priority_writes_take_only_what_resizes_leave():
         clock.t += s
 
     lim = WriteLimiter(per_node=100.0, global_qps=10.0, clock=clock, sleep=sleep)
-    assert lim.acquire_low() is True and naps == []  # a free token, nobody waiting
-    assert lim.acquire_low() is True  # the next waits for the bucket, in short naps
-    assert sum(naps) == pytest.approx(0.1, abs=0.002) and max(naps) <= WriteLimiter.LOW_POLL
-    # while a resize waits for a token, a low-priority write does not take one
-    lim._waiting = 1
-    stop = threading.Event()
+    assert lim.acquire(priority=LOW) == 0.0 and naps == []  # a free token, nobody waiting
+    assert lim.acquire("a", priority=ADJUST) == pytest.approx(0.1, abs=0.002)  # the next, in short naps
+    assert max(naps) <= WriteLimiter.POLL
     clock.t += 1.0
-    calls = []
+    lim._waiting[SEED] = 1  # a seed resize sleeps until its reserved token
+    for priority in (ADJUST, LOW):
+        stop, calls = threading.Event(), []
 
-    def stop_after_some(s: float) -> None:
-        calls.append(s)
-        clock.t += s
-        if len(calls) == 5:
-            stop.set()
+        def stop_after_some(s: float, calls=calls, stop=stop) -> None:
+            calls.append(s)
+            clock.t += s
+            if len(calls) == 5:
+                stop.set()
 
-    lim._sleep = stop_after_some
-    assert lim.acquire_low(stop) is False
+        lim._sleep = stop_after_some
+        assert lim.acquire(priority=priority, stop=stop) == -1.0  # never took the free token
+    lim._waiting[SEED] = 0
+    lim._waiting[ADJUST] = 1  # a change waits: annotations and events yield to it
+    stop = threading.Event()
+    lim._sleep = lambda s: (clock.__setattr__("t", clock.t + s), stop.set())
+    assert lim.acquire(priority=LOW, stop=stop) == -1.0
+    lim._waiting[ADJUST] = 0
+    assert lim.acquire("b", priority=ADJUST) == 0.0  # and takes the token itself
 
 
 def test_pod_backoff_expires_and_retry_delay_grows():

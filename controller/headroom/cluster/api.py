@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -117,8 +117,14 @@ class Api:
             self._auth_at = now
         return self._auth
 
-    def get(self, path: str, params: Mapping[str, str | int] | None = None, accept: str = JSON) -> Any:
-        return orjson.loads(self._send("GET", path, params=params, accept=accept).data)
+    def get(
+        self,
+        path: str,
+        params: Mapping[str, str | int] | None = None,
+        accept: str = JSON,
+        decode: Callable[[bytes], Any] = orjson.loads,
+    ) -> Any:
+        return decode(self._send("GET", path, params=params, accept=accept).data)
 
     def request_json(self, method: str, path: str, body: Any = None) -> Any:
         """Any verb with a JSON body, e.g. PUT for an optimistic update."""
@@ -143,11 +149,17 @@ class Api:
         params = {"fieldManager": manager, "force": str(force).lower()}
         return self.patch(path, obj, APPLY_PATCH, params)
 
-    def list_pages(self, path: str, params: Mapping[str, str | int] | None = None, limit: int = 500) -> Iterator[Any]:
+    def list_pages(
+        self,
+        path: str,
+        params: Mapping[str, str | int] | None = None,
+        limit: int = 500,
+        decode: Callable[[bytes], Any] = orjson.loads,
+    ) -> Iterator[Any]:
         """Every page of a list, following `continue`; each page is a parsed List."""
         query: dict[str, str | int] = {**(params or {}), "limit": limit}
         while True:
-            page = self.get(path, query)
+            page = self.get(path, query, decode=decode)
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:

@@ -48,6 +48,9 @@ class Reflector:
     silence_margin: float = 30.0
     max_backoff: float = 30.0
     on_error: Callable[[str], None] = lambda component: None  # counts failures (a metric)
+    # Raw bytes -> parsed JSON; pods use the typed decoders of cluster/decode.py.
+    decode_event: Callable[[bytes], Any] = orjson.loads
+    decode_page: Callable[[bytes], Any] = orjson.loads
     synced: threading.Event = field(default_factory=threading.Event)  # the first list is in
     resource_version: str = ""
     relists: int = 0
@@ -126,7 +129,7 @@ class Reflector:
         version = {"rv": ""}
 
         def items() -> Iterator[dict[str, Any]]:
-            for page in self.api.list_pages(self.path):
+            for page in self.api.list_pages(self.path, decode=self.decode_page):
                 version["rv"] = (page.get("metadata") or {}).get("resourceVersion", version["rv"])
                 self.last_contact = time.monotonic()
                 batch = page.get("items") or ()
@@ -161,7 +164,7 @@ class Reflector:
             if self.stop.is_set():
                 return
             self.last_contact = time.monotonic()
-            event = orjson.loads(line)
+            event = self.decode_event(line)
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 if obj.get("code") == 410:

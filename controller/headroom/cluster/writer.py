@@ -83,6 +83,13 @@ def _clip(text: str, limit: int) -> str:
     return text if len(raw) <= limit else raw[: limit - 3].decode(errors="ignore") + "..."
 
 
+def is_seed(target: PodTarget) -> bool:
+    """The resize gives a pod its first CPU limit (a container, or the pod level, has none)."""
+    if target.pod_level:
+        return target.pod_level_current is None
+    return any(c.current is None for c in target.containers)
+
+
 def now_rfc3339(micro: bool = False) -> str:
     now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
@@ -97,18 +104,19 @@ class WriteBlocked(Exception):
     failing or relisting); nothing was sent. The message says which."""
 
 
+# Write priorities for the global budget: a pod's first limit (and status writes), a change
+# to a limit, then the status annotations and events of the low-priority lane.
+SEED, ADJUST, LOW = 0, 1, 2
+
+
 class Limiter(Protocol):
-    def acquire(self, node: str | None = None) -> float: ...
-    def acquire_low(self, stop: threading.Event | None = None) -> bool: ...
+    def acquire(self, node: str | None = None, priority: int = SEED, stop: threading.Event | None = None) -> float: ...
     def hold(self, seconds: float) -> None: ...
 
 
 class _Unlimited:
-    def acquire(self, node: str | None = None) -> float:
+    def acquire(self, node: str | None = None, priority: int = SEED, stop: threading.Event | None = None) -> float:
         return 0.0
-
-    def acquire_low(self, stop: threading.Event | None = None) -> bool:
-        return True
 
     def hold(self, seconds: float) -> None:
         pass
@@ -126,7 +134,7 @@ class LaneItem(Protocol):
 
 class Lane:
     """The low-priority writes (status annotations, events), sent one at a time by one
-    thread with the global write budget resizes leave (`Limiter.acquire_low`).
+    thread with the global write budget resizes leave (priority LOW).
 
     Keyed: a pod's newer annotation replaces its unsent older one, a node's events of one
     wave merge into one. A write that finds the view incomplete waits in the lane; one
@@ -164,7 +172,7 @@ class Lane:
                 if not self._items:
                     self._cond.wait(0.5)
                     continue
-            if not writer.limiter.acquire_low(stop):
+            if writer.limiter.acquire(priority=LOW, stop=stop) < 0:
                 return
             with self._cond:
                 if not self._items:
@@ -198,7 +206,7 @@ class _Annotation:
         body = {"metadata": {"annotations": {keys.STATUS_KEY: self.value}}}
         path = pod_path(self.pod.namespace, self.pod.name)
         outcome = writer._pod_write(
-            self.pod, lambda: writer.api.patch(path, body, MERGE_PATCH, writer.params), budget=False
+            self.pod, lambda: writer.api.patch(path, body, MERGE_PATCH, writer.params), priority=None
         )
         if outcome.result == THROTTLED:
             return False
@@ -274,11 +282,11 @@ class Writer:
         if not self.may_write():
             raise NotLeader()
 
-    def _pod_write(self, pod: Pod, send: Callable[[], object], budget: bool = True) -> Outcome:
-        """`budget` False: the caller (the lane) already holds a token."""
+    def _pod_write(self, pod: Pod, send: Callable[[], object], priority: int | None = SEED) -> Outcome:
+        """`priority` None: the caller (the lane) already holds a token."""
         self.fence()
-        if budget:
-            self.limiter.acquire(pod.node_name)  # NodeBusy: nothing taken, nothing sent
+        if priority is not None:
+            self.limiter.acquire(pod.node_name, priority)  # NodeBusy: nothing taken, nothing sent
         # Checked after the wait for a token, right before sending: a watch may have failed meanwhile.
         why = self.blocked()
         if why is not None:
@@ -294,9 +302,11 @@ class Writer:
         return Outcome(APPLIED)
 
     def resize(self, pod: Pod, target: PodTarget) -> Outcome:
-        """The resize, sent now; raises NodeBusy when the node's budget is spent."""
+        """The resize, sent now (a pod's first limit before any change to one: SEED, else
+        ADJUST); raises NodeBusy when the node's budget is spent."""
         path, body = pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target)
-        return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params))
+        priority = SEED if is_seed(target) else ADJUST
+        return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params), priority)
 
     def annotate(
         self,

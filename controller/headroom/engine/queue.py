@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..cluster.writer import SEED
+
 
 class NodeQueue:
     def __init__(
@@ -166,13 +168,14 @@ class WriteLimiter:
     window ever holds more than `rate` writes. A server's Retry-After holds every write.
 
     A resize whose node bucket is empty does not wait: `acquire` raises NodeBusy and the
-    worker takes another node. Only the global budget makes a writer wait, and low-priority
-    writes (annotations, events: `acquire_low`) take a global token only when it is free
-    now and no resize is waiting for one.
+    worker takes another node. Only the global budget makes a writer wait, in three
+    priorities: SEED (a pod's first limit, and status writes) reserves the next token and
+    sleeps until it; ADJUST (a change to a pod that has a limit) and LOW (annotations,
+    events) take a token only when one is free now and nobody of a higher priority waits.
     """
 
     BURST = 1.0
-    LOW_POLL = 0.05  # longest nap of a low-priority writer between looks at the budget
+    POLL = 0.05  # longest nap of a lower-priority writer between looks at the budget
 
     def __init__(
         self,
@@ -186,7 +189,7 @@ class WriteLimiter:
         self._lock = threading.Lock()
         self._nodes: dict[str, TokenBucket] = {}
         self._held_until = 0.0
-        self._waiting = 0  # high-priority writers holding a reservation, sleeping until it is due
+        self._waiting = [0, 0, 0]  # writers waiting for a global token, per priority
         self.per_node = per_node
         self._global = TokenBucket(global_qps, self.BURST, clock())
 
@@ -206,47 +209,63 @@ class WriteLimiter:
         with self._lock:
             self._held_until = max(self._held_until, self._clock() + seconds)
 
-    def acquire(self, node: str | None = None) -> float:
-        """Block until one more write is allowed; the seconds waited. With `node` (a resize
-        of a pod there), raise NodeBusy instead of waiting for that node's bucket."""
+    def _node_bucket(self, node: str, now: float, start: float) -> TokenBucket:
+        bucket = self._nodes.get(node)
+        if bucket is None:
+            bucket = self._nodes[node] = TokenBucket(self.per_node, self.BURST, now)
+        busy = bucket.wait(start) + (start - now)
+        if busy > 0:
+            raise NodeBusy(busy)
+        return bucket
+
+    def acquire(self, node: str | None = None, priority: int = SEED, stop: threading.Event | None = None) -> float:
+        """Block until one more write is allowed; the seconds waited (-1.0: `stop` was set
+        first). With `node` (a resize of a pod there), raise NodeBusy instead of waiting for
+        that node's bucket."""
+        if priority != SEED:
+            return self._acquire_free(node, priority, stop)
         with self._lock:
             now = self._clock()
             start = max(now, self._held_until)
-            bucket = None
-            if node is not None:
-                bucket = self._nodes.get(node)
-                if bucket is None:
-                    bucket = self._nodes[node] = TokenBucket(self.per_node, self.BURST, now)
-                busy = bucket.wait(start) + (start - now)
-                if busy > 0:
-                    raise NodeBusy(busy)
+            bucket = self._node_bucket(node, now, start) if node is not None else None
             wait = self._global.reserve(now, start)
             if bucket is not None:
                 wait = max(wait, bucket.reserve(now, start))
             if wait > 0:
-                self._waiting += 1
+                self._waiting[SEED] += 1
         if wait > 0:
             try:
                 self._sleep(wait)
             finally:
                 with self._lock:
-                    self._waiting -= 1
+                    self._waiting[SEED] -= 1
         return wait
 
-    def acquire_low(self, stop: threading.Event | None = None) -> bool:
-        """Block until a global token is free with no resize waiting, and take it; False
-        when `stop` was set first."""
-        while stop is None or not stop.is_set():
-            with self._lock:
-                now = self._clock()
-                nap = max(self._held_until - now, 0.0)
-                if nap == 0.0:
-                    nap = self._global.wait(now)
-                    if nap == 0.0 and self._waiting == 0:
-                        self._global.reserve(now)
-                        return True
-            self._sleep(min(max(nap, 0.001), self.LOW_POLL))
-        return False
+    def _acquire_free(self, node: str | None, priority: int, stop: threading.Event | None) -> float:
+        began = self._clock()
+        counted = False
+        try:
+            while stop is None or not stop.is_set():
+                with self._lock:
+                    now = self._clock()
+                    nap = max(self._held_until - now, 0.0)
+                    if nap == 0.0:
+                        bucket = self._node_bucket(node, now, now) if node is not None else None
+                        nap = self._global.wait(now)
+                        if nap == 0.0 and not any(self._waiting[:priority]):
+                            self._global.reserve(now)
+                            if bucket is not None:
+                                bucket.reserve(now)
+                            return now - began
+                    if not counted:
+                        self._waiting[priority] += 1
+                        counted = True
+                self._sleep(min(max(nap, 0.001), self.POLL))
+            return -1.0
+        finally:
+            if counted:
+                with self._lock:
+                    self._waiting[priority] -= 1
 
     def forget(self, node: str) -> None:
         with self._lock:

@@ -10,7 +10,18 @@ from dataclasses import dataclass
 import orjson
 
 from ..cluster.cache import ClusterCache
-from ..cluster.writer import APPLIED, CONFLICT, GONE, INFEASIBLE, THROTTLED, Outcome, WriteBlocked, Writer, now_rfc3339
+from ..cluster.writer import (
+    APPLIED,
+    CONFLICT,
+    GONE,
+    INFEASIBLE,
+    THROTTLED,
+    Outcome,
+    WriteBlocked,
+    Writer,
+    is_seed,
+    now_rfc3339,
+)
 from ..core import keys
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, plan_node
@@ -230,6 +241,8 @@ class Reconciler:
             self.writer.node_wave(
                 node.name, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan)
             )
+        # Pods without a limit first: an unbounded pod matters more than a change to a bounded one.
+        steps.sort(key=lambda pp: not is_seed(pp.target))  # type: ignore[arg-type]
         return _Continuation(plan, steps) if steps else None
 
     def _resize(self, node_name: str, cont: _Continuation, result: Result) -> None:
