@@ -20,4 +20,8 @@ def test_startup_benchmark_runs_the_real_process_at_small_size():
     args = ["--pods", "2000", "--nodes", "50", "--settle", "1"]
     r = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "headroom run: synced in" in r.stdout and "less peak memory" in r.stdout
+    assert (
+        "headroom run, WatchList stream: synced in" in r.stdout
+        and "paginated list: synced in" in r.stdout
+        and "less peak memory" in r.stdout
+    )

@@ -23,13 +23,19 @@ class FakeApi:
     def __init__(self, lists, watches, stop):
         self.lists, self.watches, self.stop = list(lists), list(watches), stop
         self.calls: list[tuple[str, str]] = []
+        self.watch_lists = 0  # WatchList requests, refused
 
-    def list_pages(self, path, params=None, limit=500):
+    def list_pages(self, path, params=None, limit=500, decode=None):
         self.calls.append(("list", ""))
         items, rv = self.lists.pop(0)
         yield {"items": items, "metadata": {"resourceVersion": rv}}
 
-    def watch(self, path, resource_version, *, timeout_seconds, read_timeout):
+    def watch(self, path, resource_version, *, timeout_seconds, read_timeout, initial_events=False):
+        if initial_events:  # a server without WatchList: the reflector lists page by page
+            self.watch_lists += 1
+            raise ApiError(
+                422, "Invalid", "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+            )
         self.calls.append(("watch", resource_version))
         if not self.watches:
             self.stop.set()
@@ -40,9 +46,11 @@ class FakeApi:
         return iter(step)
 
 
-def run(lists, watches):
+def run(lists, watches, apis=None):
     stop = threading.Event()
     api = FakeApi(lists, watches, stop)
+    if apis is not None:
+        apis.append(api)
     seen: list[tuple[str, str]] = []
     listed: list[list[str]] = []
     r = Reflector(
@@ -113,7 +121,7 @@ def test_a_failing_watch_reports_a_problem_until_it_has_relisted():
     errors: list[str] = []
 
     class Api(FakeApi):
-        def list_pages(self, path, params=None, limit=500):
+        def list_pages(self, path, params=None, limit=500, decode=None):
             problems.append(r.problem())
             yield from super().list_pages(path, params, limit)
 
@@ -140,3 +148,64 @@ def test_a_crashing_handler_never_kills_the_reflector():
     r = Reflector(api, "/api/v1/pods", lambda items: None, on_event, stop, max_backoff=0.01)
     r.run()
     assert seen == ["ok"] and r.relists == 2 and r.problem() is None
+
+
+def bookmark(rv: str, end: bool = False) -> bytes:
+    meta = {"resourceVersion": rv, **({"annotations": {"k8s.io/initial-events-end": "true"}} if end else {})}
+    return json.dumps({"type": "BOOKMARK", "object": {"metadata": meta}}).encode()
+
+
+def test_a_watch_list_stream_is_the_list_then_the_watch_and_a_410_in_it_starts_over():
+    stop = threading.Event()
+    asked: list[tuple[bool, str]] = []
+    streams = [
+        # the initial objects, a progress bookmark among them, the end bookmark, then events
+        [
+            ev("ADDED", "a", "5"),
+            bookmark("6"),
+            ev("ADDED", "b", "7"),
+            bookmark("9", end=True),
+            ev("MODIFIED", "a", "10"),
+        ],
+        # a later stream expires in the middle of its initial events: start over
+        [ev("ADDED", "a", "12"), json.dumps({"type": "ERROR", "object": {"code": 410}}).encode()],
+        [ev("ADDED", "c", "20"), bookmark("21", end=True)],
+    ]
+
+    class Api:
+        def list_pages(self, *a, **kw):
+            raise AssertionError("a server that streams lists is never listed page by page")
+
+        def watch(self, path, resource_version, *, timeout_seconds, read_timeout, initial_events=False):
+            asked.append((initial_events, resource_version))
+            if not streams:
+                stop.set()
+                return iter(())
+            return iter(streams.pop(0))
+
+    listed: list[list[str]] = []
+    seen: list[tuple[str, str]] = []
+    r = Reflector(
+        Api(),  # type: ignore[arg-type]
+        "/api/v1/pods",
+        lambda items: listed.append([i["metadata"]["name"] for i in items]),
+        lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+        stop,
+        max_backoff=0.01,
+    )
+    r.run()
+    assert listed[0] == ["a", "b"] and seen[0] == ("MODIFIED", "a")
+    # after the first stream ended: a plain watch from the version it reached
+    assert asked[:2] == [(True, ""), (False, "10")]
+    assert listed[-1] == ["c"] and r.watch_list is True and r.resource_version == "21"
+    assert r.relists == 2
+
+
+def test_a_server_without_watch_list_is_asked_once_then_listed_page_by_page():
+    apis: list[FakeApi] = []
+    calls, _, listed, r = run(
+        [([{"metadata": {"name": "a"}}], "10"), ([], "11")], [[], ApiError(503, "x", "y"), []], apis
+    )
+    assert r.watch_list is False and listed[0] == ["a"]
+    assert calls[:3] == [("list", ""), ("watch", "10"), ("watch", "10")]
+    assert apis[0].watch_lists == 1 and calls.count(("list", "")) == 2  # relisted after the 503, not re-asked

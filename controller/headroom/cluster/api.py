@@ -166,15 +166,31 @@ class Api:
                 return
             query["continue"] = token
 
-    def watch(self, path: str, resource_version: str, *, timeout_seconds: int, read_timeout: float) -> Iterator[bytes]:
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int,
+        read_timeout: float,
+        initial_events: bool = False,
+    ) -> Iterator[bytes]:
         """Raw event lines of one watch request. A stream silent for `read_timeout`
-        seconds raises ApiError(0, "Timeout") so the caller reconnects."""
+        seconds raises ApiError(0, "Timeout") so the caller reconnects. `initial_events`:
+        a WatchList request — the current objects stream first as ADDED events, ended by a
+        bookmark annotated `k8s.io/initial-events-end` (a server without the feature
+        refuses the request)."""
         params: dict[str, str | int] = {
             "watch": "true",
-            "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": timeout_seconds,
         }
+        if initial_events:
+            params.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
+            if resource_version:
+                params["resourceVersion"] = resource_version
+        else:
+            params["resourceVersion"] = resource_version
         resp = self._send("GET", path, params=params, timeout=(10.0, read_timeout))
         try:
             yield from split_lines(resp.stream(amt=None, decode_content=False))

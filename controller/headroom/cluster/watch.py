@@ -15,6 +15,7 @@ watch that ends normally (the server's timeout) resumes without a relist and sta
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -31,6 +32,9 @@ log = logging.getLogger("headroom.watch")
 
 OnList = Callable[[Iterable[dict[str, Any]]], None]  # consumed once, page by page
 OnEvent = Callable[[str, dict[str, Any]], None]
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 class Gone(Exception):
@@ -56,6 +60,9 @@ class Reflector:
     relists: int = 0
     failing: str | None = None  # the last failure, until a relist completes after it
     last_contact: float = field(default_factory=time.monotonic)  # last sign of life from the server
+    # How the initial state is read: None until known — a WatchList stream where the server
+    # serves one (True), else a paginated list (False, kept once the server refused).
+    watch_list: bool | None = None
     _thread: threading.Thread | None = None
 
     def problem(self) -> str | None:
@@ -91,8 +98,10 @@ class Reflector:
         while not self.stop.is_set():
             try:
                 if need_list:
-                    self._list()
                     need_list = False
+                    if self.watch_list is not False and self._stream_list():
+                        continue  # the WatchList stream went on as the watch, and has ended
+                    self._list()
                 self._watch()
                 delay = min(0.5, self.max_backoff)
                 continue
@@ -123,6 +132,62 @@ class Reflector:
             self.stop.wait(delay * (1 + random.random() * 0.2))
             delay = min(self.max_backoff, delay * 2)
 
+    def _stream_list(self) -> bool:
+        """Read the initial state as a WatchList stream and go on watching on it; False when
+        the server refuses WatchList (then the caller lists page by page, from now on).
+        Like the paginated list, the objects reach `on_list` one at a time as they arrive."""
+        try:
+            lines = iter(
+                self.api.watch(
+                    self.path,
+                    "",
+                    timeout_seconds=int(self.timeout_seconds * (1 + random.random() * 0.1)),
+                    read_timeout=self.timeout_seconds * 1.1 + self.silence_margin,
+                    initial_events=True,
+                )
+            )
+            first = next(lines, None)
+        except ApiError as exc:
+            if exc.status not in (400, 403, 422):
+                raise
+            log.info("the server does not stream lists (WatchList); listing page by page", extra={"path": self.path})
+            self.watch_list = False
+            return False
+        version: dict[str, str] = {}
+
+        def items() -> Iterator[dict[str, Any]]:
+            for line in itertools.chain([first] if first is not None else [], lines):
+                self.last_contact = time.monotonic()
+                event = self.decode_event(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise Gone() if obj.get("code") == 410 else ApiError(int(obj.get("code") or 500), "", str(obj))
+                if kind == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        version["rv"] = str(meta.get("resourceVersion") or "")
+                        return
+                    continue
+                yield obj
+            raise ApiError(0, "Incomplete", f"the initial events of {self.path} ended before their end bookmark")
+
+        objects = items()
+        self.on_list(objects)
+        for _ in objects:  # a handler that stopped early: the list still completes
+            pass
+        self._listed(version["rv"])
+        self.watch_list = True
+        self.handle(lines)
+        return True
+
+    def _listed(self, resource_version: str) -> None:
+        self.resource_version = resource_version
+        self.relists += 1
+        if self.failing is not None:
+            log.info("watch recovered: relisted", extra={"path": self.path, "after": self.failing})
+        self.failing = None
+        self.synced.set()
+
     def _list(self) -> None:
         """A paginated list, handed to `on_list` page by page: the handler builds its records
         as the pages arrive, so the whole decoded list is never held (one page at a time)."""
@@ -141,12 +206,7 @@ class Reflector:
         self.on_list(pages)
         for _ in pages:  # a handler that stopped early: the list still completes
             pass
-        self.resource_version = version["rv"]
-        self.relists += 1
-        if self.failing is not None:
-            log.info("watch recovered: relisted", extra={"path": self.path, "after": self.failing})
-        self.failing = None
-        self.synced.set()
+        self._listed(version["rv"])
 
     def _watch(self) -> None:
         lines = self.api.watch(

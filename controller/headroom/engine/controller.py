@@ -408,6 +408,7 @@ class Controller:
                 "nodes": len(self.cache.nodes),
                 "pods": len(self.cache.pods),
                 "podLevelResize": self._pod_level_cluster,
+                "initialState": "WatchList stream" if all(r.watch_list for r in self.reflectors) else "paginated list",
             },
         )
         nodes = set(self.cache.node_names())
