@@ -66,6 +66,11 @@ class Metrics:
             "headroom_pending_resizes", "Managed pods whose resize the kubelet has not finished.", registry=r
         )
         self.queue_depth = Gauge("headroom_workqueue_depth", "Nodes waiting to be reconciled.", registry=r)
+        self.lane_depth = Gauge(
+            "headroom_low_priority_writes_pending",
+            "Status annotations and events waiting for the write budget resizes leave.",
+            registry=r,
+        )
         self.config_valid = Gauge(
             "headroom_config_valid",
             "1 when a HeadroomConfig exists and it and every NodePoolProfile are valid and usable, else 0.",

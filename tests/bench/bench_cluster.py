@@ -182,6 +182,8 @@ class FleetKubelet:
         self.api = api
         self.stop = threading.Event()
         self.limited_at: dict[str, float] = {}  # pod name -> first time it had a CPU limit
+        self.born_limited: set[str] = set()  # pods whose first event already had one (the webhook)
+        self.seen: set[str] = set()
         self.created_at: dict[str, float] = {}
         self._q: list[dict[str, Any]] = []
         self._cond = threading.Condition()
@@ -225,7 +227,12 @@ class FleetKubelet:
     def _seen(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         ctr = pod["spec"]["containers"][0]
-        if "cpu" in ((ctr.get("resources") or {}).get("limits") or {}) and name not in self.limited_at:
+        limited = "cpu" in ((ctr.get("resources") or {}).get("limits") or {})
+        if name not in self.seen:
+            self.seen.add(name)
+            if limited:
+                self.born_limited.add(name)  # its first event has a limit: set at admission
+        if limited and name not in self.limited_at:
             self.limited_at[name] = time.monotonic()
         st = (pod.get("status") or {}).get("containerStatuses") or []
         running = st[0].get("resources") if st else None
@@ -418,6 +425,7 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
         converged_s = time.monotonic() - began
         drained_s = settle(workdir, args.settle) - began  # the annotations and events after the last resize
         writes = audit(workdir)
+        resized = {k for _, k in audit(workdir, names=True) if k.startswith("resize ")}
         rss, cpu = proc_figures(proc.pid)
         first = min((t for t, k in writes if k == "resize"), default=wall_began) - wall_began
         by_kind: dict[str, int] = {}
@@ -431,6 +439,7 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
             "first_write_s": first,
             "drained_s": drained_s,
             "writes": by_kind,
+            "pods_resized": len(resized),
             "rss_mb": rss,
             "cpu_s": cpu,
         }
@@ -474,8 +483,11 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     writes = audit(workdir, names=True)[writes_before:]
     resizes = sum(1 for _, k in writes if k.startswith("resize"))
     own = sum(1 for _, k in writes if k.startswith("resize churn-"))
-    seeded = sum(1 for n in live if n in fleet.limited_at and fleet.limited_at[n] - fleet.created_at[n] < 0.5)
-    refused = sum(1 for _, k in writes if k.startswith("refused"))
+    seeded = sum(1 for n in live if n in fleet.born_limited)
+    refused: dict[str, int] = {}
+    for _, k in writes:
+        if k.startswith("refused"):
+            refused[k] = refused.get(k, 0) + 1
     return {
         "rate": args.churn_rate,
         "created": args.churn_pods,
@@ -496,7 +508,7 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
     for r in results:
         w = r["writes"]
         total = sum(w.values())
-        changed = w.get("resize", 0) or 1
+        changed = r["pods_resized"] or 1
         conv = f"{r['converged_s']:.1f} s" if r["converged_s"] is not None else f"not converged ({r['left']} left)"
         print(
             f"{r['subject']}: {r['pods']} pods converged in {conv}; first resize {r['first_write_s']:.1f} s after start"
@@ -520,7 +532,7 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
                 f"  churn {c['rate']}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
                 f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
-                f"{c['neighbour_resizes']} of neighbours); {c['refused']} writes refused; "
+                f"{c['neighbour_resizes']} of neighbours); refused: {c['refused'] or 'none'}; "
                 f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )
 

@@ -75,9 +75,11 @@ def measure(build, data: list[bytes]) -> tuple[float, float]:
 
 
 def cache_of(data: list[bytes]) -> ClusterCache:
+    """The cache as `headroom run` fills it: pods decoded by the typed decoder, as list items."""
     cache = ClusterCache()
     for raw in data:
-        cache.upsert_pod(pod_from_dict(orjson.loads(raw)))
+        page = decode_mod.pod_list(b'{"metadata":{},"items":[' + raw + b"]}")
+        cache.upsert_pod(pod_from_dict(page["items"][0]))
     return cache
 
 

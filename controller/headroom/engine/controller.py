@@ -111,6 +111,7 @@ class Controller:
                 on_started=self._started_leading,
             )
         self.writer = Writer(api, self.identity, self.leading, self.limiter, self.inputs_problem)
+        self.metrics.lane_depth.set_function(self.writer.lane.depth)
         self.reconciler = Reconciler(
             self.cache,
             self.config,
@@ -206,6 +207,8 @@ class Controller:
 
     def _started_leading(self) -> None:
         # A new leader recomputes every node at once: the previous one may have died mid-way.
+        self.reconciler.reset()
+        self.writer.lane.clear()
         names = self.cache.node_names()
         self._first_pass = set(names)
         for name in names:

@@ -155,9 +155,9 @@ class Reconciler:
         self._continuations.pop(node, None)
         self._changed_at.pop(node, None)
 
-    def pending(self, node: str) -> bool:
-        """Resizes of an earlier pass still wait for the node's budget."""
-        return node in self._continuations
+    def reset(self) -> None:
+        """A new term as leader: nothing kept from an earlier one is written."""
+        self._continuations.clear()
 
     def reconcile(self, node_name: str) -> Result:
         view = self.cache.view(node_name)
