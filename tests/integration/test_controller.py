@@ -25,6 +25,8 @@ from headroom.sim.kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
 
+pytestmark = pytest.mark.version_sensitive
+
 
 @pytest.fixture
 def cluster(api, namespace, make_node, headroom_config, start_controller):

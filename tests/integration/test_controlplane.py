@@ -2,13 +2,16 @@
 
 import pytest
 
+from cluster_helpers import K8S_MINOR, K8S_VERSION
 from headroom.cluster.api import ApiError
 from headroom.sim.controlplane import ControlPlane
+
+pytestmark = pytest.mark.version_sensitive
 
 
 def test_server_reports_the_pinned_release(api):
     info = api.get("/version")
-    assert info["gitVersion"] == "v1.37.2" and (info["major"], info["minor"]) == ("1", "37")
+    assert info["gitVersion"] == K8S_VERSION and (info["major"], info["minor"]) == ("1", str(K8S_MINOR))
 
 
 def test_pods_resize_subresource_is_served(api):

@@ -7,15 +7,18 @@ error handling relies on them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from cluster_helpers import create_pod
+from cluster_helpers import K8S_MINOR, create_pod
 from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.core.records import pod_from_dict
 from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
+
+pytestmark = pytest.mark.version_sensitive
 
 
 def _resize(api: Api, ns: str, name: str, limits: dict[str, str], container_name: str = "app") -> dict[str, Any]:
@@ -96,18 +99,32 @@ def test_resize_ignores_everything_but_resources(api, namespace, make_node):
 
 
 POD_LEVEL = ["InPlacePodLevelResourcesVerticalScaling"]
+# Before 1.36 the API server's gate is off: every pod-level resize meets this, whatever the node.
+GATE_OFF = (
+    'Pod "p" is invalid: []: Forbidden: resize of pods with pod-level resources is forbidden when '
+    "InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled"
+)
+
+
+def refused(send: Callable[[], Any], status: int, message: str) -> None:
+    """`send` is refused with `status` and `message` on this release; on a release whose
+    API server has the pod-level resize gate off, with that refusal instead."""
+    if K8S_MINOR < 36:
+        status, message = 422, GATE_OFF
+    with pytest.raises(ApiError) as err:
+        send()
+    assert (err.value.status, err.value.message) == (status, message)
 
 
 def test_pod_level_resize_is_refused_on_a_node_that_does_not_declare_the_feature(api, namespace, make_node):
     node = make_node()  # no status.declaredFeatures, like a kubelet that predates them
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    with pytest.raises(ApiError) as err:
-        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "3"}}}})
-    assert err.value.status == 403
-    assert err.value.message == (
+    refused(
+        lambda: resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "3"}}}}),
+        403,
         'pods "p" is forbidden: pod update requires features InPlacePodLevelResourcesVerticalScaling '
-        f'which are not available on node "{node}"'
+        f'which are not available on node "{node}"',
     )
 
 
@@ -115,19 +132,15 @@ def test_pod_level_cpu_limit_resizes_in_place_on_this_release(api, namespace, ma
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    got = resize_patch(
-        api,
-        namespace,
-        "p",
-        {"spec": {"resources": {"limits": {"cpu": "3"}}}},
-        manager="headroom",
-    )
-    assert got["spec"]["resources"]["limits"]["cpu"] == "3"
-    with pytest.raises(ApiError) as err:
-        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "400m"}}}})
-    assert err.value.status == 422
-    assert err.value.message == (
-        'Pod "p" is invalid: spec.resources.requests: Invalid value: "500m": must be less than or equal to cpu limit of 400m'
+    raise_it = lambda: resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "3"}}}})  # noqa: E731
+    if K8S_MINOR < 36:
+        refused(raise_it, 0, "")
+        return
+    assert raise_it()["spec"]["resources"]["limits"]["cpu"] == "3"
+    refused(
+        lambda: resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "400m"}}}}),
+        422,
+        'Pod "p" is invalid: spec.resources.requests: Invalid value: "500m": must be less than or equal to cpu limit of 400m',
     )
 
 
@@ -135,14 +148,14 @@ def test_pod_level_memory_pinned_keeps_cpu_above_request(api, namespace, make_no
     node = make_node(features=POD_LEVEL)
     res = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}
     create_pod(api, namespace, node, "p", containers=[container(cpu=None, mem=None, mem_limit=None)], pod_resources=res)
-    with pytest.raises(ApiError) as err:
-        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "100m"}}}})
-    assert (
-        err.value.message
-        == 'Pod "p" is invalid: spec: Invalid value: "Burstable": Pod QOS Class may not change as a result of resizing'
+    refused(
+        lambda: resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "100m"}}}}),
+        422,
+        'Pod "p" is invalid: spec: Invalid value: "Burstable": Pod QOS Class may not change as a result of resizing',
     )
-    got = resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "110m"}}}})
-    assert got["spec"]["resources"]["limits"]["cpu"] == "110m"
+    if K8S_MINOR >= 36:
+        got = resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "110m"}}}})
+        assert got["spec"]["resources"]["limits"]["cpu"] == "110m"
 
 
 def test_pod_level_limit_cannot_go_under_a_container_limit(api, namespace, make_node):
@@ -156,29 +169,25 @@ def test_pod_level_limit_cannot_go_under_a_container_limit(api, namespace, make_
         containers=[container(cpu="100m", limit="400m", mem=None, mem_limit=None)],
         pod_resources=res,
     )
-    with pytest.raises(ApiError) as err:
-        resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "300m"}}}})
-    assert err.value.message == (
+    refused(
+        lambda: resize_patch(api, namespace, "p", {"spec": {"resources": {"limits": {"cpu": "300m"}}}}),
+        422,
         'Pod "p" is invalid: spec.resources.containers[0][cpu].limits: Invalid value: "400m": '
-        "must be less than or equal to pod limits of 300m"
+        "must be less than or equal to pod limits of 300m",
     )
 
 
-def test_resize_admission_checks_node_allocatable(api, namespace, make_node):
-    """A 403 that is not a quota: the node cannot hold the pod's requests."""
+def test_resize_admission_checks_node_allocatable_from_1_36(api, namespace, make_node):
+    """A 403 that is not a quota: the node cannot hold the pod's requests. A 1.35 server does
+    not check (its PodResizeValidator predates the allocatable check) and admits the resize."""
     node = make_node(cpu="1")
     create_pod(api, namespace, node, "p", containers=[container(cpu="500m", limit="1")])
+    body = {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]}}
+    if K8S_MINOR < 36:
+        assert resize_patch(api, namespace, "p", body)["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "2"
+        return
     with pytest.raises(ApiError) as err:
-        resize_patch(
-            api,
-            namespace,
-            "p",
-            {
-                "spec": {
-                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}]
-                }
-            },
-        )
+        resize_patch(api, namespace, "p", body)
     assert err.value.status == 403
     assert err.value.message == (
         'pods "p" is forbidden: node didn\'t have enough allocatable resources: cpu, requested: 2000, allocatable: 1000'

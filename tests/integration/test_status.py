@@ -6,7 +6,7 @@ import contextlib
 import time
 from typing import Any
 
-from cluster_helpers import GROUP, cond, create_pod, profile, wait_for, wait_limits
+from cluster_helpers import GROUP, K8S_MINOR, K8S_VERSION, cond, create_pod, profile, wait_for, wait_limits
 from factories import container
 from headroom.cluster.api import ApiError
 from headroom.sim.kubelet import SimulatedKubelet
@@ -41,9 +41,9 @@ def test_config_status_reports_counts_capabilities_pools_and_generations(
             assert s["resizesApplied"] >= 1 and s["resizesFailed"] == 0 and s["lastReconcileTime"]
             # no node lists declaredFeatures: the cluster-wide rule falls back to the version (>= 1.36)
             assert s["capabilities"] == {
-                "serverVersion": "v1.37.2",
+                "serverVersion": K8S_VERSION,
                 "podsResize": True,
-                "inPlacePodLevelResources": True,
+                "inPlacePodLevelResources": K8S_MINOR >= 36,
             }
             assert {"name": "st", "mode": "Active", "nodes": 1, "managedPods": 1} in s["pools"]
             assert "(default)" in {p["name"] for p in s["pools"]}  # the nodes no profile selects

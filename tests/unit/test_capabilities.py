@@ -2,9 +2,11 @@
 
 import pytest
 
-from factories import node
-from headroom.core.capabilities import parse_version, pod_level_resize
-from headroom.core.records import node_from_dict
+from factories import container, namespace, node, pod
+from headroom.api.resolve import resolve
+from headroom.core.capabilities import node_allows_pod_level_resize, parse_version, pod_level_resize
+from headroom.core.planner import plan_cluster
+from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 
 GATE = "InPlacePodLevelResourcesVerticalScaling"
 
@@ -24,6 +26,7 @@ def nodes(*feature_lists, ready=True):
         (None, None, False),  # offline without a version => off
         (nodes(["Other"]) + nodes([GATE]), None, True),  # any node listing it => on
         (nodes([GATE], ready=False), (1, 35), False),  # only Ready nodes count
+        (nodes([GATE]), (1, 35), False),  # a 1.35 server refuses pod-level resizes whatever nodes declare
     ],
 )
 def test_three_way_rule(node_list, version, expected):
@@ -35,3 +38,29 @@ def test_three_way_rule(node_list, version, expected):
 )
 def test_parse_version(text, expected):
     assert parse_version(text) == expected
+
+
+def test_plan_applies_the_controllers_per_node_rule():
+    """`plan` and `run` decide pod-level pods alike: the cluster rule, and the node itself
+    declaring the feature (a v1.36+ server refuses the resize on a node that does not)."""
+    declaring, silent = nodes([GATE], ["Other"])
+    res = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    pods = [
+        pod_from_dict(
+            pod(
+                f"p-{n.name}",
+                node=n.name,
+                containers=[container(cpu=None, mem=None, mem_limit=None)],
+                pod_resources=res,
+            )
+        )
+        for n in (declaring, silent)
+    ]
+    ns = {"team": namespace_from_dict(namespace("team", managed=True))}
+    base = resolve(
+        [{"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], []
+    )
+    plan = plan_cluster([declaring, silent], pods, ns, base.resolver, pod_level_resize=True)
+    reasons = {pp.pod.node_name: pp.reason for pp in plan.all_pods()}
+    assert reasons == {"n0": "Managed", "n1": "PodLevelResourcesUnsupported"}
+    assert [node_allows_pod_level_resize(n, True) for n in (declaring, silent)] == [True, False]

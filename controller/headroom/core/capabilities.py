@@ -20,12 +20,18 @@ def parse_version(text: str | None) -> tuple[int, int] | None:
 def pod_level_resize(nodes: Iterable[Node] | None, server_version: tuple[int, int] | None) -> bool:
     """Whether in-place resize of pod-level `spec.resources` is on.
 
-    Three-way rule on Ready nodes' `status.declaredFeatures`: any lists the gate ⇒ on; any
-    non-empty list without it ⇒ off; every list empty, or nodes unknown (`None`) ⇒ fall back
-    to the server version (≥ 1.36, where the gate is beta and on by default). Empty is not
-    "off": kind, k3s and older kubelets do not report declared features at all. When the
-    feature goes GA kubelets stop listing it; revisit the "non-empty without it" case then.
+    A server known to be older than 1.36 ⇒ off: there the API server's gate is alpha and
+    off, and it refuses every pod-level resize (422 "forbidden when
+    InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled", measured on
+    v1.35.4) whatever the nodes declare. Otherwise a three-way rule on Ready nodes'
+    `status.declaredFeatures`: any lists the gate ⇒ on; any non-empty list without it ⇒
+    off; every list empty, or nodes unknown (`None`) ⇒ fall back to the server version (≥
+    1.36, where the gate is beta and on by default). Empty is not "off": kind, k3s and older
+    kubelets do not report declared features at all. When the feature goes GA kubelets stop
+    listing it; revisit the "non-empty without it" case then.
     """
+    if server_version is not None and server_version < (1, 36):
+        return False
     if nodes is not None:
         lists = [n.declared_features for n in nodes if n.ready]
         if any(POD_LEVEL_RESIZE_FEATURE in fl for fl in lists):

@@ -11,6 +11,7 @@ from operator import attrgetter
 
 from . import eligibility as elig
 from . import keys
+from .capabilities import node_allows_pod_level_resize
 from .params import Resolver, Settings
 from .policy import Managed, NodeSummary, PodTarget, compute_node
 from .quantity import QuantityError, cpu_milli
@@ -113,6 +114,8 @@ def plan_cluster(
     pod_level_resize: bool,
     backing_off: frozenset[str] = frozenset(),
 ) -> ClusterPlan:
+    """Every node's plan. `pod_level_resize` is the cluster-wide capability; each node
+    also has to declare the feature itself (`node_allows_pod_level_resize`), as in `run`."""
     by_node: dict[str, list[Pod]] = {}
     node_map = {n.name: n for n in nodes}
     out = ClusterPlan()
@@ -129,7 +132,8 @@ def plan_cluster(
                 by_node.get(name, ()),
                 namespaces,
                 resolver.for_labels(node.labels),
-                pod_level_resize=pod_level_resize,
+                # The controller's own per-node rule, so `plan` and `run` agree pod by pod.
+                pod_level_resize=node_allows_pod_level_resize(node, pod_level_resize),
                 backing_off=backing_off,
             )
         )

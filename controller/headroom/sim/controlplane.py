@@ -71,7 +71,8 @@ def build(progress: bool = False) -> Path:
 def _built() -> bool:
     """Whether build.sh would only reuse binaries (a cheap look at its output directory)."""
     override = os.environ.get("HEADROOM_TESTENV_DIR")
-    dirs = [Path(override)] if override else list((build_script().parents[2] / ".cache" / "testenv").glob("v*"))
+    version = os.environ.get("HEADROOM_K8S_VERSION") or "v*"
+    dirs = [Path(override)] if override else list((build_script().parents[2] / ".cache" / "testenv").glob(version))
     return any((d / "kube-apiserver").exists() and (d / "etcd").exists() for d in dirs)
 
 
