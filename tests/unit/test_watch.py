@@ -209,3 +209,15 @@ def test_a_server_without_watch_list_is_asked_once_then_listed_page_by_page():
     assert r.watch_list is False and listed[0] == ["a"]
     assert calls[:3] == [("list", ""), ("watch", "10"), ("watch", "10")]
     assert apis[0].watch_lists == 1 and calls.count(("list", "")) == 2  # relisted after the 503, not re-asked
+
+
+def test_a_stream_cut_mid_event_is_a_failed_watch_and_relists(caplog):
+    calls, seen, _, r = run(
+        [([], "10"), ([], "12")],
+        [[ev("ADDED", "a", "11"), b'{"type":"MODIFIED","object":{"metadata":{"na'], []],
+    )
+    assert seen == [("ADDED", "a")]
+    assert calls[:3] == [("list", ""), ("watch", "10"), ("list", "")]  # relisted, not resumed past the cut
+    assert not [rec for rec in caplog.records if rec.levelname == "ERROR"], "a cut stream is not a crash"
+    warned = [rec for rec in caplog.records if rec.getMessage() == "watch failed, retrying"]
+    assert warned and "Truncated" in warned[0].error and r.relists == 2

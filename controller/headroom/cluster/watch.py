@@ -132,6 +132,14 @@ class Reflector:
             self.stop.wait(delay * (1 + random.random() * 0.2))
             delay = min(self.max_backoff, delay * 2)
 
+    def _decode(self, line: bytes) -> Any:
+        """One event line; a line that is not JSON (a stream cut mid-event) fails the watch
+        like a dropped connection: relist, never skip."""
+        try:
+            return self.decode_event(line)
+        except ValueError as exc:  # orjson.JSONDecodeError, and msgspec's errors fall back to it
+            raise ApiError(0, "Truncated", f"watch {self.path}: an event cannot be read ({exc})") from None
+
     def _stream_list(self) -> bool:
         """Read the initial state as a WatchList stream and go on watching on it; False when
         the server refuses WatchList (then the caller lists page by page, from now on).
@@ -158,7 +166,7 @@ class Reflector:
         def items() -> Iterator[dict[str, Any]]:
             for line in itertools.chain([first] if first is not None else [], lines):
                 self.last_contact = time.monotonic()
-                event = self.decode_event(line)
+                event = self._decode(line)
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     raise Gone() if obj.get("code") == 410 else ApiError(int(obj.get("code") or 500), "", str(obj))
@@ -224,7 +232,7 @@ class Reflector:
             if self.stop.is_set():
                 return
             self.last_contact = time.monotonic()
-            event = self.decode_event(line)
+            event = self._decode(line)
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 if obj.get("code") == 410:
