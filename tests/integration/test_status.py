@@ -97,9 +97,15 @@ def test_overlapping_profiles_and_an_unusable_profile(api, namespace, make_node,
         bad = wait_for(api, f"{GROUP}/nodepoolprofiles/ov-bad", lambda o: cond(o, "Stalled").get("status") == "True")
         assert cond(bad, "Stalled")["reason"] == "InvalidSpec" and "spec.deadband" in cond(bad, "Stalled")["message"]
         assert cond(bad, "Ready")["status"] == "False"
-        events = api.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
-        reasons = {(e["regarding"]["name"], e["reason"]) for e in events}
-        assert ("ov-low", "ProfileConflict") in reasons and ("ov-bad", "ConfigInvalid") in reasons
+        # events follow the status, in the low-priority lane
+        deadline = time.monotonic() + 10
+        while True:
+            events = api.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
+            reasons = {(e["regarding"]["name"], e["reason"]) for e in events}
+            if ("ov-low", "ProfileConflict") in reasons and ("ov-bad", "ConfigInvalid") in reasons:
+                break
+            assert time.monotonic() < deadline, reasons
+            time.sleep(0.2)
     finally:
         for name in ("ov-high", "ov-low", "ov-bad"):
             with contextlib.suppress(ApiError):
