@@ -16,6 +16,7 @@ from chart import PROMTOOL, dashboard_metric_names
 from cluster_helpers import K8S_MINOR, cpu_limits, create_pod, node_events, wait_limits, wait_node_event
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, pod_path
+from headroom.core.quantity import cpu_milli
 from headroom.sim.controlplane import ADMIN_TOKEN
 from headroom.sim.kubelet import SimulatedKubelet
 
@@ -196,3 +197,37 @@ def test_sigterm_exits_zero_quickly_and_releases_the_lease(
     assert time.monotonic() - started < 10
     assert api.get(LEASE)["spec"]["holderIdentity"] in ("", None)
     assert any(r.get("msg") == "lease released" for r in c.logs())
+
+
+def test_a_node_that_shrinks_cuts_its_pods_within_two_seconds_and_raises_none(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    """An in-place node resize (allocatable 16 -> 8, 7 CPU booked): every limit is under the
+    new allocatable within 2 s of the change, and no limit rises on the way."""
+    headroom_config(debouncePeriod="6s")
+    node = make_node(cpu="16")
+    with SimulatedKubelet(api, node):
+        for name, cpu in (("a", "500m"), ("b", "500m"), ("c", "6")):
+            create_pod(api, namespace, node, name, containers=[container(cpu=cpu)])
+        start_controller()
+        # M = 7, S = 9: factor 2.29; c = 6 x 2.29 = 13.71, over the allocatable to come
+        wait_limits(api, namespace, "c", ["13710m"], timeout=20)
+        before = {n: cpu_milli(cpu_limits(api, namespace, n)[0]) for n in "abc"}
+        api.patch(f"/api/v1/nodes/{node}/status", {"status": {"allocatable": {"cpu": "8"}}}, MERGE_PATCH)
+        changed = time.monotonic()
+        seen = dict(before)
+        while time.monotonic() - changed < 4:
+            now = {n: cpu_milli(cpu_limits(api, namespace, n)[0]) for n in "abc"}
+            rose = [n for n in now if now[n] > seen[n]]
+            assert not rose, f"{rose} rose while the node shrank: {seen} -> {now}"
+            seen = now
+            if all(v <= 8000 for v in now.values()):
+                took = time.monotonic() - changed
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"limits not under 8 cores within 4 s: {seen}")
+        print(f"\nnode shrink 16 -> 8 cores: every limit under 8 cores {took:.2f}s after the change")
+        assert took < 2.0, f"took {took:.2f}s"
+        # S = 1, M = 7: c = 6 + 6/7 = 6.857, floored to the 10m quantum
+        wait_limits(api, namespace, "c", ["6850m"], timeout=5)

@@ -331,3 +331,19 @@ def test_an_unchanged_status_is_rewritten_once_a_minute_as_a_heartbeat():
     assert sw.flush() == 0  # nothing changed, and the heartbeat is fresh
     clock.t += 31
     assert sw.flush() == 1 and len(beats) == 2  # a minute on: rewritten, heartbeat renewed
+
+
+def test_a_pass_writes_first_limits_then_cuts_then_raises():
+    from headroom.core.planner import PodPlan
+    from headroom.core.policy import ContainerTarget, Managed, PodTarget
+    from headroom.engine.reconciler import _order
+
+    def plan(name: str, current: int | None, target: int) -> PodPlan:
+        pod = _pod(name=name)
+        c = ContainerTarget("app", 100, current, target, True)
+        t = PodTarget(Managed(pod, pod.containers), 100, target, "proportional", (c,), None, True)
+        return PodPlan(pod, "Managed", t)
+
+    steps = [plan("raise", 500, 900), plan("cut", 900, 500), plan("seed", None, 700), plan("raise2", 100, 200)]
+    steps.sort(key=_order)
+    assert [s.pod.name for s in steps] == ["seed", "cut", "raise", "raise2"]

@@ -241,8 +241,9 @@ class Reconciler:
             self.writer.node_wave(
                 node.name, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan)
             )
-        # Pods without a limit first: an unbounded pod matters more than a change to a bounded one.
-        steps.sort(key=lambda pp: not is_seed(pp.target))  # type: ignore[arg-type]
+        # Pods without a limit first (an unbounded pod matters most), then cuts, then raises:
+        # a node that shrank gives CPU back before anyone is promised more.
+        steps.sort(key=_order)
         return _Continuation(plan, steps) if steps else None
 
     def _resize(self, node_name: str, cont: _Continuation, result: Result) -> None:
@@ -354,6 +355,16 @@ class Reconciler:
             extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
         )
         return self._retry(outcome, result)
+
+
+def _order(pp: PodPlan) -> tuple[bool, bool]:
+    t = pp.target
+    assert t is not None
+    if t.pod_level:
+        raises = t.pod_level_current is not None and t.target > t.pod_level_current
+    else:
+        raises = any(c.current is not None and c.target > c.current for c in t.containers)
+    return (not is_seed(t), raises)
 
 
 def _tail(plan: NodePlan) -> str:
