@@ -21,6 +21,7 @@ class _NodeSeries:
     pods: set[tuple[str, str, str]] = field(default_factory=set)  # (namespace, pod, container)
     managed: int = 0
     pending: int = 0
+    deferred: int = 0
 
 
 class Metrics:
@@ -64,6 +65,12 @@ class Metrics:
         )
         self.pending = Gauge(
             "headroom_pending_resizes", "Managed pods whose resize the kubelet has not finished.", registry=r
+        )
+        self.deferred = Gauge(
+            "headroom_deferred_resizes",
+            "Managed pods whose resize the kubelet deferred (PodResizePending, reason Deferred): the node "
+            "cannot fit it now.",
+            registry=r,
         )
         self.queue_depth = Gauge("headroom_workqueue_depth", "Nodes waiting to be reconciled.", registry=r)
         self.lane_depth = Gauge(
@@ -116,13 +123,14 @@ class Metrics:
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool
         pods: set[tuple[str, str, str]] = set()
-        managed = pending = 0
+        managed = pending = deferred = 0
         for pp in plan.pods:
             t = pp.target
             if t is None:
                 continue
             managed += 1
             pending += pp.pod.resize_pending
+            deferred += pp.pod.resize_deferred
             if t.pod_level:
                 key = (pp.pod.namespace, pp.pod.name, "")
                 pods.add(key)
@@ -138,7 +146,7 @@ class Metrics:
                     self.pod_limit.remove(*key)
                 if old.pool != pool:
                     self._drop_node_series(name, old.pool)
-            self._nodes[name] = _NodeSeries(pool, pods, managed, pending)
+            self._nodes[name] = _NodeSeries(pool, pods, managed, pending, deferred)
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
             self._totals()
@@ -169,6 +177,7 @@ class Metrics:
         self._pools = set(per_pool)
 
         self.pending.set(sum(s.pending for s in self._nodes.values()))
+        self.deferred.set(sum(s.deferred for s in self._nodes.values()))
 
 
 class _Quiet(WSGIRequestHandler):

@@ -90,6 +90,7 @@ def test_metrics_probes_and_promtool(api, namespace, make_node, headroom_config,
             "headroom_pending_resizes",
             "headroom_workqueue_depth",
             "headroom_low_priority_writes_pending",
+            "headroom_deferred_resizes",
             "headroom_config_valid",
         ):
             assert name in text, name

@@ -118,6 +118,20 @@ def test_infeasible_resize_is_noticed():
     assert pod_from_dict(raw).resize_infeasible
 
 
+def test_deferred_and_unobserved_resizes_are_in_flight():
+    deferred = pod(status={"conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]})
+    rec = pod_from_dict(deferred)
+    assert (rec.resize_deferred, rec.resize_pending, rec.resize_infeasible) == (True, True, False)
+    # 1.35+ kubelets report the generation they acted on: behind the pod's own, a resize is in flight
+    behind = pod(status={"observedGeneration": 2})
+    behind["metadata"]["generation"] = 3
+    assert pod_from_dict(behind).resize_pending and not pod_from_dict(behind).resize_deferred
+    behind["status"]["observedGeneration"] = 3
+    assert not pod_from_dict(behind).resize_pending
+    behind["status"]["observedGeneration"] = True  # not a generation: ignored
+    assert not pod_from_dict(behind).resize_pending
+
+
 def test_bad_quantity_names_object_and_field():
     raw = pod(name="web", containers=[container("a", "lots")])
     with pytest.raises(

@@ -232,6 +232,11 @@ class HeadroomConfigStatus(_ControllerStatus):
         default=None, description="Managed pods whose limits are within the deadband of their target."
     )
     pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied by the kubelet.")
+    deferred_resizes: int | None = Field(
+        default=None,
+        description="Managed pods whose resize the kubelet deferred (PodResizePending, reason Deferred): "
+        "the node cannot fit it now.",
+    )
     resizes_applied: int | None = Field(default=None, description="Resizes accepted since the controller started.")
     resizes_failed: int | None = Field(default=None, description="Resizes refused since the controller started.")
     last_reconcile_time: str | None = Field(
@@ -303,6 +308,9 @@ class NodePoolProfileStatus(_ControllerStatus):
     matched_nodes: int | None = Field(default=None, description="Nodes this profile wins.")
     managed_pods: int | None = Field(default=None, description="Managed pods on those nodes.")
     pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied.")
+    deferred_resizes: int | None = Field(
+        default=None, description="Managed pods whose resize the kubelet deferred: the node cannot fit it now."
+    )
     average_factor: str | None = Field(
         default=None, description="Mean node factor over the pool before caps (1 + slack / managed requests)."
     )

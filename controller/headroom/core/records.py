@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import keys
 from .quantity import QuantityError, cpu_milli, whole_units
@@ -71,7 +71,10 @@ class Pod:
     resource_version: str = ""
     status_annotation: str | None = None  # kube-headroom.dev/status as last written
     memory_pinned: bool = False  # every container's memory request equals its limit
-    resize_pending: bool = False  # PodResizePending or PodResizeInProgress is True
+    # PodResizePending or PodResizeInProgress is True, or the kubelet has not yet observed
+    # the pod's latest generation (status.observedGeneration, 1.35+): a resize in flight.
+    resize_pending: bool = False
+    resize_deferred: bool = False  # PodResizePending, reason Deferred: the node cannot fit it now
     # The pod generation whose resize the kubelet refused (Infeasible, or InProgress with
     # reason Error); 0 when none is refused. One backoff per refused generation.
     resize_refused_generation: int = 0
@@ -94,6 +97,7 @@ class Pod:
             and self.resize_infeasible == other.resize_infeasible
             and self.memory_pinned == other.memory_pinned
             and self.resize_pending == other.resize_pending
+            and self.resize_deferred == other.resize_deferred
             and self.resize_refused_generation == other.resize_refused_generation
             and self.overhead_cpu == other.overhead_cpu
             and self.mirror == other.mirror
@@ -281,10 +285,14 @@ def _container(
     return Container(name, kind, req, cpu_lim, mem_req, mem_lim, max(req, in_status.get(name, 0)), restart)
 
 
+def _positive(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _generation(*candidates: object) -> int:
     """The first usable generation: the condition's, the status', then the pod's own."""
     for value in candidates:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if _positive(value):
             return value
     return 1
 
@@ -346,13 +354,18 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
             owner_kind = _intern(str(ref.get("kind")))
             break
 
-    infeasible = pending = False
+    infeasible = pending = deferred = False
     refused_generation = 0
+    observed, generation = status.get("observedGeneration"), meta.get("generation")
+    if _positive(observed) and _positive(generation) and observed < generation:
+        pending = True  # the kubelet has not seen the latest spec (a resize) yet
     for cond in status.get("conditions") or ():
         kind = cond.get("type")
         if (kind == "PodResizePending" or kind == "PodResizeInProgress") and cond.get("status") == "True":
             pending = True
             reason = cond.get("reason")
+            if kind == "PodResizePending" and reason == "Deferred":
+                deferred = True
             if (kind == "PodResizePending" and reason == "Infeasible") or (
                 kind == "PodResizeInProgress" and reason == "Error"
             ):
@@ -388,6 +401,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         status_annotation=annotations.get(keys.STATUS_KEY),
         memory_pinned=pinned,
         resize_pending=pending,
+        resize_deferred=deferred,
         resize_refused_generation=refused_generation,
     )
 

@@ -47,6 +47,7 @@ class NodeStat:
     ok: bool = True
     targets: int = 0  # Σ target limits of managed pods, millicores
     requests: int = 0  # Σ their requests
+    deferred: int = 0  # managed pods whose resize the kubelet deferred
 
 
 @dataclass
@@ -104,7 +105,7 @@ class StatusWriter:
 
     # --- inputs -----------------------------------------------------------------------
     def observe(self, plan: NodePlan) -> None:
-        managed = at_target = pending = unmanaged = targets = requests = 0
+        managed = at_target = pending = unmanaged = targets = requests = deferred = 0
         for pp in plan.pods:
             if pp.reason == POOL_PAUSED:  # managed, with their limits held while the pool is paused
                 managed += 1
@@ -115,6 +116,7 @@ class StatusWriter:
                 continue
             managed += 1
             pending += pp.pod.resize_pending
+            deferred += pp.pod.resize_deferred
             at_target += not pp.target.apply
             targets += pp.target.target
             requests += pp.target.request
@@ -129,6 +131,7 @@ class StatusWriter:
                 plan.settings.dry_run,
                 targets=targets,
                 requests=requests,
+                deferred=deferred,
             )
 
     def node_done(self, node: str, ok: bool, wrote: bool) -> None:
@@ -251,6 +254,7 @@ class StatusWriter:
             "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
             "podsAtTarget": sum(s.at_target for s in self.nodes.values()),
             "pendingResizes": sum(s.pending for s in self.nodes.values()),
+            "deferredResizes": sum(s.deferred for s in self.nodes.values()),
             "resizesApplied": self.facts.applied,
             "resizesFailed": self.facts.failed,
             "capabilities": {
@@ -313,6 +317,7 @@ class StatusWriter:
             "matchedNodes": len(mine),
             "managedPods": sum(s.managed for s in stats),
             "pendingResizes": sum(s.pending for s in stats),
+            "deferredResizes": sum(s.deferred for s in stats),
             "averageFactor": f"{factor:.2f}",
             # What pods get after the caps: Σ targets / Σ requests of the pool's managed pods.
             "effectiveFactor": f"{_effective(stats):.2f}",
