@@ -39,6 +39,7 @@ def test_an_ordinary_burstable_pod_is_managed():
         ({"raw_pod": pod(labels={"kube-headroom.dev/mode": "unmanaged"})}, e.POD_OPTED_OUT),
         ({"raw_pod": pod(annotations={"kube-headroom.dev/mode": "unmanaged"})}, e.POD_OPTED_OUT),
         ({"raw_pod": pod(), "nd": node(os="windows")}, e.WINDOWS_NODE),
+        ({"raw_pod": {**pod(), "spec": {**pod()["spec"], "os": {"name": "windows"}}}}, e.WINDOWS_NODE),
         ({"raw_pod": pod(containers=[container(cpu="1", limit="1", mem="1Gi", mem_limit="1Gi")])}, e.NOT_BURSTABLE),
         ({"raw_pod": pod(containers=[container(cpu=None, mem=None, mem_limit=None)])}, e.NOT_BURSTABLE),
         ({"raw_pod": pod(containers=[container("a"), container("b", cpu=None)])}, e.ZERO_CPU_REQUEST),

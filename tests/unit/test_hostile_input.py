@@ -56,6 +56,7 @@ POD_PATHS = [
     ("spec", "containers", 0, "resizePolicy"),
     ("spec", "resources"),
     ("spec", "overhead"),
+    ("spec", "os"),
     ("spec", "nodeSelector"),
     ("status", "conditions"),
     ("status", "containerStatuses"),

@@ -80,6 +80,7 @@ class _Spec(_S):
     initContainers: list[_Container] | UnsetType | None = UNSET
     resources: _Resources | UnsetType | None = UNSET
     overhead: Any = UNSET
+    os: Any = UNSET
 
 
 class _Status(_S):

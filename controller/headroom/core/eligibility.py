@@ -109,7 +109,7 @@ def eligibility(
         return OWNER_KIND_EXCLUDED
     if node_excluded(node.labels, settings):
         return NODE_EXCLUDED
-    if node.windows:
+    if node.windows or pod.windows:  # a Windows node, or a pod that says it runs Windows
         return WINDOWS_NODE
     if pod.qos != BURSTABLE:
         return NOT_BURSTABLE

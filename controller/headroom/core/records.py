@@ -75,6 +75,7 @@ class Pod:
     # the pod's latest generation (status.observedGeneration, 1.35+): a resize in flight.
     resize_pending: bool = False
     resize_deferred: bool = False  # PodResizePending, reason Deferred: the node cannot fit it now
+    windows: bool = False  # spec.os.name is windows
     # The pod generation whose resize the kubelet refused (Infeasible, or InProgress with
     # reason Error); 0 when none is refused. One backoff per refused generation.
     resize_refused_generation: int = 0
@@ -98,6 +99,7 @@ class Pod:
             and self.memory_pinned == other.memory_pinned
             and self.resize_pending == other.resize_pending
             and self.resize_deferred == other.resize_deferred
+            and self.windows == other.windows
             and self.resize_refused_generation == other.resize_refused_generation
             and self.overhead_cpu == other.overhead_cpu
             and self.mirror == other.mirror
@@ -402,6 +404,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         memory_pinned=pinned,
         resize_pending=pending,
         resize_deferred=deferred,
+        windows=(spec.get("os") or _EMPTY).get("name") == "windows",
         resize_refused_generation=refused_generation,
     )
 
