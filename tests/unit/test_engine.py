@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -347,3 +348,46 @@ def test_a_pass_writes_first_limits_then_cuts_then_raises():
     steps = [plan("raise", 500, 900), plan("cut", 900, 500), plan("seed", None, 700), plan("raise2", 100, 200)]
     steps.sort(key=_order)
     assert [s.pod.name for s in steps] == ["seed", "cut", "raise", "raise2"]
+
+
+def test_the_lane_survives_a_crashing_write_and_drops_everything_on_a_lost_lease():
+    from headroom.cluster.writer import Lane, NotLeader, Writer
+
+    sent: list[str] = []
+    stop = threading.Event()
+
+    class Item:
+        def __init__(self, name: str, fail: type[BaseException] | None = None) -> None:
+            self.name, self.fail = name, fail
+
+        def send(self, writer: Writer) -> bool:
+            if self.fail is not None:
+                raise self.fail()
+            sent.append(self.name)
+            if self.name == "last":
+                stop.set()
+            return True
+
+        def merge(self, older: object) -> Item:
+            return self
+
+    writer = Writer(api=None, instance="t")  # type: ignore[arg-type]  # unlimited budget, no I/O here
+    lane = Lane()
+    lane.put(None, Item("boom", RuntimeError))
+    lane.put(None, Item("ok"))
+    lane.put(("k",), Item("old"))
+    lane.put(("k",), Item("new"))  # replaces the unsent one, in its place
+    lane.put(None, Item("last"))
+    lane.run(writer, stop)
+    assert sent == ["ok", "new", "last"] and lane.crashes == 1
+
+    sent.clear()
+    stop.clear()
+    lane.put(None, Item("lost", NotLeader))
+    lane.put(None, Item("after"))
+    t = threading.Thread(target=lane.run, args=(writer, stop))
+    t.start()
+    time.sleep(0.3)
+    stop.set()
+    t.join(5)
+    assert sent == [] and lane.depth() == 0  # the next leader recomputes; nothing stale is sent

@@ -146,6 +146,7 @@ class Lane:
         self._items: dict[Hashable, LaneItem] = {}
         self._cond = threading.Condition()
         self._serial = 0
+        self.crashes = 0  # writes dropped because sending them raised
 
     def put(self, key: Hashable | None, item: LaneItem) -> None:
         """Queue `item`; `key` None: never merged with another."""
@@ -187,6 +188,10 @@ class Lane:
             except WriteBlocked:
                 done = False
                 stop.wait(1.0)
+            except Exception:  # a bug: drop this write, keep the lane (its thread must not die)
+                log.exception("low-priority write crashed; dropped", extra={"key": str(key)})
+                self.crashes += 1
+                continue
             if not done:
                 with self._cond:
                     if key not in self._items:  # unless something newer took its place
