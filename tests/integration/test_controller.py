@@ -21,6 +21,8 @@ from cluster_helpers import (
 )
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import plan_cluster
 from headroom.sim.kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
@@ -232,3 +234,20 @@ def test_configuration_fails_closed_and_the_last_valid_version_survives_a_restar
             for name in ("batch", "tight"):
                 with contextlib.suppress(ApiError):
                     api.delete(f"{profiles}/{name}")
+
+
+def test_a_node_labelled_for_the_static_cpu_manager_is_left_alone(cluster):
+    api, ns, make_node, start = cluster
+    static = make_node(cpu="8", labels={"kube-headroom.dev/cpu-manager-policy": "static"})
+    shared = make_node(cpu="8")
+    with SimulatedKubelet(api, static), SimulatedKubelet(api, shared):
+        create_pod(api, ns, static, "pinned-node", containers=[container(cpu="500m")])
+        create_pod(api, ns, shared, "elsewhere", containers=[container(cpu="500m")])
+        c = start()
+        wait_limits(api, ns, "elsewhere", ["5"], timeout=15)
+        c.wait_for_log("first pass complete")
+        assert cpu_limits(api, ns, "pinned-node") == [None]
+        snap = read_cluster(api)  # what `headroom plan` reads and decides
+        decided = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True)
+        plan = {pp.pod.key: pp.reason for pp in decided.all_pods()}
+        assert plan[f"{ns}/pinned-node"] == "StaticCPUManager" and plan[f"{ns}/elsewhere"] == "Managed"

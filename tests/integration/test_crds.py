@@ -9,8 +9,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from corpus_cases import invalid_cases
+from headroom.api.models import HeadroomConfig, settings_from
 from headroom.api.validate import validate_object
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
+from headroom.core.params import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/kube-headroom.dev/v1alpha1"
@@ -62,6 +64,11 @@ def test_defaults_are_filled_in_by_the_schema(api: Api, crds_installed):
             "exclusions": {"namespaces": ["kube-system"]},
             "webhook": {"initialMultiplier": 2},
         }
+        # {} is kept as written (the static CPU manager check off); unset means the default label
+        off = api.apply({**minimal, "spec": {"staticCPUManagerNodeSelector": {}}}, "headroom-tests")
+        assert off["spec"]["staticCPUManagerNodeSelector"] == {}
+        assert settings_from(HeadroomConfig.model_validate(off)).static_cpu_manager is None
+        assert settings_from(HeadroomConfig.model_validate(got)).static_cpu_manager == Settings().static_cpu_manager
         # setting another exclusion keeps the kube-system default
         patched = api.apply({**minimal, "spec": {"exclusions": {"ownerKinds": ["Job"]}}}, "headroom-tests")
         assert patched["spec"]["exclusions"] == {"namespaces": ["kube-system"], "ownerKinds": ["Job"]}

@@ -39,6 +39,10 @@ def test_an_ordinary_burstable_pod_is_managed():
         ({"raw_pod": pod(labels={"kube-headroom.dev/mode": "unmanaged"})}, e.POD_OPTED_OUT),
         ({"raw_pod": pod(annotations={"kube-headroom.dev/mode": "unmanaged"})}, e.POD_OPTED_OUT),
         ({"raw_pod": pod(), "nd": node(os="windows")}, e.WINDOWS_NODE),
+        (
+            {"raw_pod": pod(), "nd": node(labels={"kube-headroom.dev/cpu-manager-policy": "static"})},
+            e.STATIC_CPU_MANAGER,
+        ),
         ({"raw_pod": {**pod(), "spec": {**pod()["spec"], "os": {"name": "windows"}}}}, e.WINDOWS_NODE),
         ({"raw_pod": pod(containers=[container(cpu="1", limit="1", mem="1Gi", mem_limit="1Gi")])}, e.NOT_BURSTABLE),
         ({"raw_pod": pod(containers=[container(cpu=None, mem=None, mem_limit=None)])}, e.NOT_BURSTABLE),
@@ -97,4 +101,4 @@ def test_pod_level_pod_is_managed_without_container_requests():
 
 
 def test_reason_list_is_complete():
-    assert len(e.REASONS) == 19 and len(set(e.REASONS)) == 19
+    assert len(e.REASONS) == 20 and len(set(e.REASONS)) == 20

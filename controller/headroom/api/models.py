@@ -284,6 +284,14 @@ class HeadroomConfigSpec(Model):
     exclusions: GlobalExclusions = Field(
         default_factory=GlobalExclusions, description="What is never managed.", json_schema_extra={"default": {}}
     )
+    static_cpu_manager_node_selector: LabelSelector | None = Field(
+        default=None,
+        alias="staticCPUManagerNodeSelector",
+        description="Nodes whose kubelet runs the static CPU manager policy (exclusive cores for Guaranteed "
+        "pods): nothing there is managed, reason StaticCPUManager. Unset: nodes labelled "
+        f"{keys.STATIC_CPU_LABEL}=static (set it with the kubelet's --node-labels); point it at the label your "
+        "platform sets instead (OpenShift: cpumanager=true); {} turns the check off.",
+    )
     webhook: Webhook = Field(
         default_factory=Webhook, description="Admission webhook settings.", json_schema_extra={"default": {}}
     )
@@ -413,6 +421,16 @@ def _selector(sel: LabelSelector | None) -> Selector | None:
     return None if sel is None else Selector.from_dict(sel.model_dump(by_alias=True, exclude_none=True))
 
 
+def _static_cpu_manager(sel: LabelSelector | None) -> Selector | None:
+    """Unset: the documented label. `{}`: no check (in Kubernetes an empty selector would
+    select everything). No CRD default: a server-filled default would survive a later
+    server-side apply of `{}`, so "off" would not stick."""
+    if sel is None:
+        return Settings().static_cpu_manager
+    core = _selector(sel)
+    return None if core is None or core.empty else core
+
+
 def _exclusions(ex: Exclusions | None) -> CoreExclusions:
     if ex is None:
         return CoreExclusions()
@@ -439,6 +457,7 @@ def settings_from(config: HeadroomConfig | None) -> Settings:
         initial_multiplier=_fraction(spec.webhook.initial_multiplier),
         exclusions=_exclusions(spec.exclusions),
         namespace_selector=_selector(spec.namespace_selector),
+        static_cpu_manager=_static_cpu_manager(spec.static_cpu_manager_node_selector),
         debounce_seconds=duration_seconds(spec.debounce_period),
         backoff_seconds=duration_seconds(spec.backoff_period),
         per_node_patches_per_second=spec.rate_limits.per_node_patches_per_second,

@@ -21,6 +21,7 @@ POD_SELECTOR_EXCLUDED = "PodSelectorExcluded"
 OWNER_KIND_EXCLUDED = "OwnerKindExcluded"
 NODE_EXCLUDED = "NodeExcluded"
 WINDOWS_NODE = "WindowsNode"
+STATIC_CPU_MANAGER = "StaticCPUManager"
 NOT_BURSTABLE = "NotBurstable"
 ZERO_CPU_REQUEST = "ZeroCPURequest"
 RESTART_ON_RESIZE = "RestartOnResize"
@@ -40,6 +41,7 @@ REASONS = (
     POD_OPTED_OUT,
     POD_SELECTOR_EXCLUDED,
     OWNER_KIND_EXCLUDED,
+    STATIC_CPU_MANAGER,
     NODE_EXCLUDED,
     WINDOWS_NODE,
     NOT_BURSTABLE,
@@ -107,6 +109,8 @@ def eligibility(
         return POD_SELECTOR_EXCLUDED
     if pod.owner_kind is not None and pod.owner_kind in ex.owner_kinds:
         return OWNER_KIND_EXCLUDED
+    if settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels):
+        return STATIC_CPU_MANAGER
     if node_excluded(node.labels, settings):
         return NODE_EXCLUDED
     if node.windows or pod.windows:  # a Windows node, or a pod that says it runs Windows

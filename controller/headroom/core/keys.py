@@ -11,6 +11,9 @@ MODE_MANAGED: Final = "managed"
 MODE_UNMANAGED: Final = "unmanaged"
 MAX_CPU_KEY: Final = f"{GROUP}/max-cpu"
 STATUS_KEY: Final = f"{GROUP}/status"
+# A node label saying the kubelet runs the static CPU manager policy (the default of
+# HeadroomConfig spec.staticCPUManagerNodeSelector: `<this>=static`).
+STATIC_CPU_LABEL: Final = f"{GROUP}/cpu-manager-policy"
 
 FIELD_MANAGER: Final = "headroom"
 POLICY_NAME: Final = "proportional-v1"

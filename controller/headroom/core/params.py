@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+from . import keys
 from .selectors import Selector
 
 
@@ -45,6 +46,10 @@ class Settings:
     initial_multiplier: Fraction = Fraction(2)
     exclusions: Exclusions = field(default_factory=lambda: Exclusions(namespaces=frozenset({"kube-system"})))
     namespace_selector: Selector | None = None
+    # Nodes with the static CPU manager policy (None: no such check).
+    static_cpu_manager: Selector | None = field(
+        default_factory=lambda: Selector.from_dict({"matchLabels": {keys.STATIC_CPU_LABEL: "static"}})
+    )
     debounce_seconds: float = 2.0
     backoff_seconds: float = 300.0
     per_node_patches_per_second: float = 10.0
