@@ -145,15 +145,7 @@ class Reflector:
         the server refuses WatchList (then the caller lists page by page, from now on).
         Like the paginated list, the objects reach `on_list` one at a time as they arrive."""
         try:
-            lines = iter(
-                self.api.watch(
-                    self.path,
-                    "",
-                    timeout_seconds=int(self.timeout_seconds * (1 + random.random() * 0.1)),
-                    read_timeout=self.timeout_seconds * 1.1 + self.silence_margin,
-                    initial_events=True,
-                )
-            )
+            lines = iter(self._open("", initial_events=True))
             first = next(lines, None)
         except ApiError as exc:
             if exc.status not in (400, 403, 422):
@@ -164,12 +156,7 @@ class Reflector:
         version: dict[str, str] = {}
 
         def items() -> Iterator[dict[str, Any]]:
-            for line in itertools.chain([first] if first is not None else [], lines):
-                self.last_contact = time.monotonic()
-                event = self._decode(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    raise Gone() if obj.get("code") == 410 else ApiError(int(obj.get("code") or 500), "", str(obj))
+            for kind, obj in self._events(itertools.chain([first] if first is not None else [], lines)):
                 if kind == "BOOKMARK":
                     meta = obj.get("metadata") or {}
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
@@ -216,21 +203,22 @@ class Reflector:
             pass
         self._listed(version["rv"])
 
-    def _watch(self) -> None:
-        lines = self.api.watch(
+    def _open(self, resource_version: str, initial_events: bool = False) -> Iterator[bytes]:
+        return self.api.watch(
             self.path,
-            self.resource_version,
+            resource_version,
             timeout_seconds=int(self.timeout_seconds * (1 + random.random() * 0.1)),
             read_timeout=self.timeout_seconds * 1.1 + self.silence_margin,
+            initial_events=initial_events,
         )
-        self.handle(lines)
 
-    def handle(self, lines: Iterable[bytes]) -> None:
-        """Apply raw watch event lines; public so a benchmark can replay a recorded stream."""
-        self.last_contact = time.monotonic()
+    def _watch(self) -> None:
+        self.handle(self._open(self.resource_version))
+
+    def _events(self, lines: Iterable[bytes]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(type, object) of each event line, noting the server's sign of life; an ERROR
+        event raises (Gone for 410), a line that cannot be read fails the watch."""
         for line in lines:
-            if self.stop.is_set():
-                return
             self.last_contact = time.monotonic()
             event = self._decode(line)
             kind, obj = event.get("type"), event.get("object") or {}
@@ -238,6 +226,14 @@ class Reflector:
                 if obj.get("code") == 410:
                     raise Gone()
                 raise ApiError(int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", "")))
+            yield kind, obj
+
+    def handle(self, lines: Iterable[bytes]) -> None:
+        """Apply raw watch event lines; public so a benchmark can replay a recorded stream."""
+        self.last_contact = time.monotonic()
+        for kind, obj in self._events(lines):
+            if self.stop.is_set():
+                return
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if kind != "BOOKMARK":
                 self.on_event(kind, obj)
