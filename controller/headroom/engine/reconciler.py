@@ -296,11 +296,19 @@ class Reconciler:
     def _annotate(self, plan: NodePlan, pod: Pod, t: PodTarget) -> None:
         if not self.annotate:
             return
-        node, key, uid = plan.node.name, pod.key, pod.uid
+        node, key, uid, settings = plan.node.name, pod.key, pod.uid, plan.settings
 
         def still_wanted() -> bool:
-            now = self.cache.pod(key)
-            return now is not None and now.uid == uid
+            """Right before sending: the pod is still there, and its node still runs on the
+            settings the annotation was decided under (a configuration that became dry-run,
+            paused or unusable meanwhile gets nothing from an earlier decision)."""
+            now, on = self.cache.pod(key), self.cache.nodes.get(node)
+            return (
+                now is not None
+                and now.uid == uid
+                and on is not None
+                and self.config.settings_for(on.labels) == settings
+            )
 
         def on_outcome(outcome: Outcome) -> None:
             if outcome.result == APPLIED:
