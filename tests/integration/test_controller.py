@@ -251,3 +251,17 @@ def test_a_node_labelled_for_the_static_cpu_manager_is_left_alone(cluster):
         decided = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True)
         plan = {pp.pod.key: pp.reason for pp in decided.all_pods()}
         assert plan[f"{ns}/pinned-node"] == "StaticCPUManager" and plan[f"{ns}/elsewhere"] == "Managed"
+
+
+def test_with_the_status_annotation_off_only_the_limit_is_written(cluster):
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        create_pod(api, ns, node, "quiet", containers=[container(cpu="500m")])
+        c = start("--status-annotation=false")
+        wait_limits(api, ns, "quiet", ["5"], timeout=15)
+        wait_node_event(api, node)  # the lane has run: its event is out
+        time.sleep(1.0)
+        annotations = api.get(pod_path(ns, "quiet"))["metadata"].get("annotations") or {}
+        assert "kube-headroom.dev/status" not in annotations
+        assert not [r for r in c.logs() if r.get("msg") == "status annotation written"]
