@@ -38,6 +38,7 @@ def pod(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     owner_kind: str | None = None,
+    owner_name: str = "o",
     pod_resources: dict[str, Any] | None = None,
     overhead: str | None = None,
     status: dict[str, Any] | None = None,
@@ -50,7 +51,7 @@ def pod(
         meta["annotations"] = annotations
     if owner_kind:
         meta["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": owner_kind, "name": "o", "uid": "u", "controller": True}
+            {"apiVersion": "v1", "kind": owner_kind, "name": owner_name, "uid": "u", "controller": True}
         ]
     if deleting:
         meta["deletionTimestamp"] = "2026-11-29T00:00:00Z"

@@ -52,6 +52,7 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
         snap.namespaces,
         resolver,
         pod_level_resize=pod_level_resize(snap.nodes, version),
+        neighbours=snap.neighbours,
     )
 
 

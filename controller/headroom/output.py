@@ -8,6 +8,7 @@ from typing import Any
 
 from .core.planner import ClusterPlan, NodePlan, PodPlan
 from .core.quantity import format_milli
+from .core.release import current_limit
 
 
 def node_json(n: NodePlan) -> dict[str, Any]:
@@ -111,8 +112,9 @@ def table(rows: list[list[str]]) -> str:
 
 def _current(p: PodPlan) -> str:
     t = p.target
-    if t is None:
-        return "-"
+    if t is None:  # what the pod runs with now, whoever set it
+        now = current_limit(p.pod)
+        return "none" if now is None else format_milli(now)
     if t.pod_level:
         return format_milli(t.pod_level_current) if t.pod_level_current is not None else "none"
     if any(c.current is None for c in t.containers):
@@ -204,7 +206,13 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
     ]
     t = p.target
     if t is None:
-        lines.append(f"  not managed: {p.reason}; its limits are left as they are, its requests count in the booking")
+        now = current_limit(p.pod)
+        lines.append(
+            f"  not managed: {p.reason}; its limit ({'none' if now is None else format_milli(now)}) is left as it is, "
+            "its requests count in the booking"
+        )
+        if p.warning:
+            lines.append(f"  why: {p.warning}")
         return "\n".join(lines)
     r = t.request
     if s.slack > 0:
@@ -221,6 +229,7 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
     lines.append(
         f"  caps: maxMultiplier {mult}, allocatable {format_milli(s.allocatable)}, "
         f"max-cpu annotation {format_milli(t.managed.user_cap) if t.managed.user_cap else 'none'}"
+        + (f", {t.managed.cap.source} {format_milli(t.managed.cap.value)}" if t.managed.cap else "")
     )
     lines.append(f"  target {format_milli(t.target)} (decided by: {t.bound}; quantized to 10m)")
     if t.pod_level:
@@ -234,9 +243,13 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         lines.append(
             f"  container {c.name}: request {format_milli(c.request)}, limit {cur} -> {format_milli(c.target)}{note}"
         )
-    lines.append(
-        "  write: " + ("yes" if t.apply and not st.dry_run else "dry-run only" if t.apply else "no, already at target")
-    )
+    if t.apply:
+        write = "dry-run only" if st.dry_run else "yes"
+    elif t.bound.startswith("ResourceQuota "):
+        write = f"no, {t.bound} has no room left for the raise"
+    else:
+        write = "no, already at target"
+    lines.append("  write: " + write)
     if p.warning:
         lines.append(f"  warning: {p.warning}")
     return "\n".join(lines)

@@ -76,6 +76,8 @@ class Cluster:
             ],
             "/apis/kube-headroom.dev/v1alpha1/headroomconfigs": [],
             "/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles": [],
+            "/api/v1/limitranges": [],
+            "/api/v1/resourcequotas": [],
         }
         self.bytes = sum(len(b) for v in self.objects.values() for b in v)
         self.generated_in = time.perf_counter() - started

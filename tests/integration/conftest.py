@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from chart import render
+from faultproxy import FaultProxy
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.sim.controlplane import ControlPlane, build, free_port
 
@@ -246,3 +248,40 @@ def headroom_config(api: Api, crds_installed: list[str]) -> Iterator[Callable[..
     yield apply
     with contextlib.suppress(ApiError):
         api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")
+
+
+@pytest.fixture
+def proxy(control_plane: ControlPlane) -> Iterator[tuple[FaultProxy, Path]]:
+    """A fault-injecting proxy to the API server and a kubeconfig for the controller through it."""
+    p = FaultProxy(control_plane.url, control_plane.ca_file, seed=20261129)
+    url = p.start()
+    kubeconfig = p.kubeconfig(url, CONTROLLER_TOKEN, control_plane.workdir / f"kubeconfig-proxy-{uuid.uuid4().hex[:6]}")
+    yield p, kubeconfig
+    p.stop()
+
+
+@pytest.fixture(scope="session")
+def vpa_crd(api: Api) -> str:
+    """The published VerticalPodAutoscaler CRD (pinned in tests/vpa/go.mod), installed and served."""
+    here = Path(__file__).resolve().parents[1] / "vpa"
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", "k8s.io/autoscaler/vertical-pod-autoscaler"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    manifest = Path(json.loads(found.stdout)["Dir"]) / "deploy" / "vpa-v1-crd-gen.yaml"
+    name = "verticalpodautoscalers.autoscaling.k8s.io"
+    for doc in YAML(typ="safe").load_all(manifest.read_text()):
+        if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
+            api.apply(doc, "headroom-tests")
+    deadline = time.monotonic() + 30
+    while True:
+        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+        if conds.get("Established", {}).get("status") == "True":
+            return name
+        assert time.monotonic() < deadline, f"{name} not Established: {conds}"
+        time.sleep(0.2)

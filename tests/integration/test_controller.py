@@ -12,7 +12,6 @@ from cluster_helpers import (
     cond,
     cpu_limits,
     create_pod,
-    events,
     versions,
     wait_annotation,
     wait_for,
@@ -20,7 +19,7 @@ from cluster_helpers import (
     wait_node_event,
 )
 from factories import container
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
+from headroom.cluster.api import ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
 from headroom.sim.kubelet import SimulatedKubelet
@@ -133,47 +132,6 @@ def test_steady_cluster_sees_no_writes_and_a_restart_writes_nothing(cluster):
         assert done["nodes"] >= 1
         assert versions(api, ns) == settled, "a restart on a converged cluster wrote"
         assert not [r for r in second.logs() if r.get("msg") == "cpu limit adjusted"]
-
-
-def _set_quota_status(api: Api, ns: str, name: str, hard: dict[str, str], used: dict[str, str]) -> None:
-    # No controller-manager runs here; write what its quota controller would.
-    api.patch(
-        f"/api/v1/namespaces/{ns}/resourcequotas/{name}/status", {"status": {"hard": hard, "used": used}}, MERGE_PATCH
-    )
-
-
-def test_limits_cpu_quota_denial_backs_off_with_one_event(cluster):
-    api, ns, make_node, start = cluster
-    node = make_node(cpu="8")
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "q", "namespace": ns},
-        "spec": {"hard": {"limits.cpu": "1"}},
-    }
-    api.post(f"/api/v1/namespaces/{ns}/resourcequotas", quota)
-    _set_quota_status(api, ns, "q", {"limits.cpu": "1"}, {"limits.cpu": "0"})
-    create_pod(api, ns, node, "q", containers=[container(cpu="500m", limit="600m")])
-    _set_quota_status(api, ns, "q", {"limits.cpu": "1"}, {"limits.cpu": "600m"})
-    c = start()
-    deadline = time.monotonic() + 10
-    while not events(api, ns, "CPULimitAdjustSkipped"):
-        assert time.monotonic() < deadline, f"no event; logs: {c.logs()[-5:]}"
-        time.sleep(0.2)
-    # keep the node busy: neighbours (in a namespace without the quota) change its booking
-    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{ns}-nb"}})
-    try:
-        for i in range(3):
-            create_pod(api, f"{ns}-nb", node, f"n{i}", containers=[container(cpu="100m", limit="200m")])
-            time.sleep(DEBOUNCE * 2)
-    finally:
-        api.delete(f"/api/v1/namespaces/{ns}-nb")
-    skipped = events(api, ns, "CPULimitAdjustSkipped")
-    assert len(skipped) == 1, [e["note"] for e in skipped]
-    assert "quota-denied" in skipped[0]["note"] and "exceeded quota" in skipped[0]["note"]
-    refused = [r for r in c.logs() if r.get("msg") == "resize refused; backing off"]
-    assert len(refused) == 1 and refused[0]["result"] == "quota-denied"
-    assert cpu_limits(api, ns, "q") == ["600m"]
 
 
 def test_configuration_fails_closed_and_the_last_valid_version_survives_a_restart(

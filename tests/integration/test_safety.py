@@ -6,15 +6,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
-from conftest import CONTROLLER_TOKEN
 
 from cluster_helpers import GROUP, cpu_limits, create_pod, events, node_events, profile, wait_annotation, wait_limits
 from factories import container
-from faultproxy import FaultProxy, Rule
+from faultproxy import Rule
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
@@ -23,15 +18,6 @@ from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
 
 RESIZE = r"/pods/[^/]+/resize$"
 POD = r"/namespaces/[^/]+/pods/[^/]+$"
-
-
-@pytest.fixture
-def proxy(control_plane) -> Iterator[tuple[FaultProxy, Any]]:
-    p = FaultProxy(control_plane.url, control_plane.ca_file, seed=20261129)
-    url = p.start()
-    kubeconfig = p.kubeconfig(url, CONTROLLER_TOKEN, control_plane.workdir / f"kubeconfig-proxy-{uuid.uuid4().hex[:6]}")
-    yield p, kubeconfig
-    p.stop()
 
 
 def invariants(api: Api, namespaces: list[str], untouched: dict[str, str]) -> list[str]:

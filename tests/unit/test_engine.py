@@ -336,8 +336,7 @@ def test_an_unchanged_status_is_rewritten_once_a_minute_as_a_heartbeat():
 
 def test_a_pass_writes_first_limits_then_cuts_then_raises():
     from headroom.core.planner import PodPlan
-    from headroom.core.policy import ContainerTarget, Managed, PodTarget
-    from headroom.engine.reconciler import _order
+    from headroom.core.policy import ContainerTarget, Managed, PodTarget, write_order
 
     def plan(name: str, current: int | None, target: int) -> PodPlan:
         pod = _pod(name=name)
@@ -346,7 +345,7 @@ def test_a_pass_writes_first_limits_then_cuts_then_raises():
         return PodPlan(pod, "Managed", t)
 
     steps = [plan("raise", 500, 900), plan("cut", 900, 500), plan("seed", None, 700), plan("raise2", 100, 200)]
-    steps.sort(key=_order)
+    steps.sort(key=lambda pp: write_order(pp.target))
     assert [s.pod.name for s in steps] == ["seed", "cut", "raise", "raise2"]
 
 

@@ -10,8 +10,29 @@ from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, s
 from headroom.api.resolve import resolve
 from headroom.core.params import Resolver
 from headroom.core.records import namespace_from_dict
-from headroom.webhook.mutation import patch_for
+from headroom.webhook import mutation
 from headroom.webhook.server import review_response
+
+
+def patch_for(*args: object) -> list[dict[str, object]]:
+    """The limit operations (the record of the original limits is tested on its own)."""
+    return [o for o in mutation.patch_for(*args) if not str(o["path"]).startswith("/metadata/annotations")]  # type: ignore[arg-type]
+
+
+def test_an_eligible_pod_is_born_with_the_record_of_its_own_limits():
+    import orjson
+
+    ops = mutation.patch_for(
+        new_pod(containers=[container("a", cpu="500m"), container("b", cpu="1", limit="3")]), MANAGED, resolver()
+    )
+    record = [o for o in ops if str(o["path"]).startswith("/metadata/annotations")]
+    assert len(record) == 1
+    value = record[0]["value"]
+    assert isinstance(value, dict)
+    assert orjson.loads(value["kube-headroom.dev/original-cpu-limits"]) == {"a": None, "b": "3"}
+    # not for a pod it would not manage
+    assert mutation.patch_for(new_pod(labels={"kube-headroom.dev/mode": "unmanaged"}), MANAGED, resolver()) == []
+
 
 MANAGED = namespace_from_dict(namespace("team"))
 

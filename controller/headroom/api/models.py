@@ -292,6 +292,13 @@ class HeadroomConfigSpec(Model):
         f"{keys.STATIC_CPU_LABEL}=static (set it with the kubelet's --node-labels); point it at the label your "
         "platform sets instead (OpenShift: cpumanager=true); {} turns the check off.",
     )
+    release: Literal["Keep", "Restore"] = Field(
+        default="Keep",
+        description="What happens to the CPU limit of a pod that leaves management (excluded, opted out, its "
+        "namespace no longer managed): Keep leaves the limit Headroom last wrote; Restore writes back the limit "
+        "the pod had before Headroom first wrote one (recorded in the annotation "
+        f"{keys.ORIGINAL_KEY}). A pod that had no limit keeps its limit: Kubernetes cannot remove one in place.",
+    )
     webhook: Webhook = Field(
         default_factory=Webhook, description="Admission webhook settings.", json_schema_extra={"default": {}}
     )
@@ -462,6 +469,7 @@ def settings_from(config: HeadroomConfig | None) -> Settings:
         backoff_seconds=duration_seconds(spec.backoff_period),
         per_node_patches_per_second=spec.rate_limits.per_node_patches_per_second,
         client_qps=spec.rate_limits.client_qps,
+        release=spec.release,
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import neighbours as nb
 from ..core.records import Namespace, Node, Pod
 
 
@@ -38,6 +39,7 @@ class NodeView:
     node: Node
     pods: tuple[Pod, ...]
     namespaces: Mapping[str, Namespace]
+    neighbours: nb.Neighbours = nb.EMPTY
 
 
 class ClusterCache:
@@ -48,6 +50,7 @@ class ClusterCache:
         self.by_node: dict[str, dict[str, Pod]] = {}
         self.namespaces: dict[str, Namespace] = {}
         self.custom: dict[str, dict[str, dict[str, Any]]] = {}  # kind -> name -> raw object
+        self.neighbours = nb.EMPTY  # VPAs, LimitRanges, ResourceQuotas; copy-on-write
 
     # --- pods -------------------------------------------------------------------------
     def _put_pod(self, new: Pod) -> set[str]:
@@ -148,6 +151,39 @@ class ClusterCache:
                 stale |= self._nodes_of_namespace(n)
             return Stale(nodes=stale)
 
+    # --- VPAs, LimitRanges, ResourceQuotas ----------------------------------------------
+    def _neighbour_stale(self, kind: str, old: nb.Neighbours, namespaces: Iterable[str]) -> Stale:
+        """Nodes of the pods in the namespaces whose objects of `kind` changed. A quota
+        counts only when it leaves more room (raises that waited for it can go now): every
+        admitted write changes its `used`, and that alone must not recompute nodes."""
+        stale: set[str] = set()
+        for ns in namespaces:
+            if kind == nb.QUOTA_KIND and not _more_room(old, self.neighbours, ns):
+                continue
+            stale |= self._nodes_of_namespace(ns)
+        return Stale(nodes=stale)
+
+    def put_neighbour(self, kind: str, obj: nb.Vpa | nb.LimitRange | nb.Quota) -> Stale:
+        with self._lock:
+            old = self.neighbours
+            self.neighbours = nb.with_object(old, kind, obj, obj.namespace, obj.name)
+            return self._neighbour_stale(kind, old, (obj.namespace,))
+
+    def delete_neighbour(self, kind: str, namespace: str, name: str) -> Stale:
+        with self._lock:
+            old = self.neighbours
+            self.neighbours = nb.with_object(old, kind, None, namespace, name)
+            return self._neighbour_stale(kind, old, (namespace,))
+
+    def replace_neighbours(self, kind: str, objs: Iterable[nb.Vpa | nb.LimitRange | nb.Quota]) -> Stale:
+        with self._lock:
+            old = self.neighbours
+            self.neighbours = nb.with_all(old, kind, objs)
+            attr = {nb.VPA_KIND: "vpas", nb.LIMIT_RANGE_KIND: "limit_ranges", nb.QUOTA_KIND: "quotas"}[kind]
+            before, after = getattr(old, attr), getattr(self.neighbours, attr)
+            changed = {ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns)}
+            return self._neighbour_stale(kind, old, changed)
+
     # --- HeadroomConfig / NodePoolProfile ---------------------------------------------
     def put_custom(self, kind: str, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -171,7 +207,7 @@ class ClusterCache:
             n = self.nodes.get(node)
             if n is None:
                 return None
-            return NodeView(n, tuple(self.by_node.get(node, {}).values()), self.namespaces)
+            return NodeView(n, tuple(self.by_node.get(node, {}).values()), self.namespaces, self.neighbours)
 
     def node_names(self) -> list[str]:
         with self._lock:
@@ -185,7 +221,23 @@ class ClusterCache:
         with self._lock:
             return self.namespaces.get(name)
 
+    def namespace_pods(self, namespace: str) -> list[Pod]:
+        with self._lock:
+            return [p for p in self.pods.values() if p.namespace == namespace]
+
     def pod(self, key: str) -> Pod | None:
 
         with self._lock:
             return self.pods.get(key)
+
+
+def _more_room(old: nb.Neighbours, new: nb.Neighbours, namespace: str) -> bool:
+    def room(n: nb.Neighbours) -> tuple[tuple[str, int | None], ...]:
+        return tuple(
+            (q.name, None if q.hard is None or q.used is None else q.hard - q.used) for q in n.limits_quotas(namespace)
+        )
+
+    before, after = dict(room(old)), dict(room(new))
+    if before.keys() != after.keys():
+        return True
+    return any((after[k] or 0) > (before[k] or 0) or (before[k] is None) != (after[k] is None) for k in after)

@@ -59,6 +59,7 @@ class _Condition(_S):
 
 class _Owner(_S):
     kind: Any = UNSET
+    name: Any = UNSET
     controller: Any = UNSET
 
 

@@ -12,6 +12,7 @@ from .api import Api, ApiError
 class ServerFacts:
     server_version: str | None
     pods_resize: bool
+    vpa: bool = False  # autoscaling.k8s.io/v1 verticalpodautoscalers is served
 
     @property
     def version(self) -> tuple[int, int] | None:
@@ -26,4 +27,13 @@ def discover(api: Api) -> ServerFacts:
         resources = {r.get("name") for r in api.get("/api/v1").get("resources", [])}
     except ApiError:
         resources = set()
-    return ServerFacts(server_version=version, pods_resize="pods/resize" in resources)
+    try:
+        vpa = any(
+            r.get("name") == "verticalpodautoscalers"
+            for r in api.get("/apis/autoscaling.k8s.io/v1").get("resources", [])
+        )
+    except ApiError as exc:
+        if exc.status != 404:
+            raise  # unknown: the caller keeps what it knew
+        vpa = False
+    return ServerFacts(server_version=version, pods_resize="pods/resize" in resources, vpa=vpa)

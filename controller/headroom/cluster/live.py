@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import keys
+from ..core import neighbours as nb
 from ..sim.snapshot import Snapshot, snapshot_from_objects
 from .api import Api, ApiError
 
@@ -14,7 +15,11 @@ _KINDS = (
     ("/api/v1/pods", "v1", "Pod"),
     (f"/apis/{keys.API_VERSION}/headroomconfigs", keys.API_VERSION, keys.CONFIG_KIND),
     (f"/apis/{keys.API_VERSION}/nodepoolprofiles", keys.API_VERSION, keys.PROFILE_KIND),
+    (nb.LIMIT_RANGE_PATH, "v1", nb.LIMIT_RANGE_KIND),
+    (nb.QUOTA_PATH, "v1", nb.QUOTA_KIND),
+    (nb.VPA_PATH, "autoscaling.k8s.io/v1", nb.VPA_KIND),
 )
+_OPTIONAL = (keys.API_VERSION, "autoscaling.k8s.io/v1")  # CRDs a cluster may not have
 
 
 def read_cluster(api: Api) -> Snapshot:
@@ -23,8 +28,8 @@ def read_cluster(api: Api) -> Snapshot:
         try:
             pages = list(api.list_pages(path))
         except ApiError as exc:
-            if exc.status == 404 and api_version == keys.API_VERSION:
-                continue  # CRDs not installed: defaults, no profiles
+            if exc.status == 404 and api_version in _OPTIONAL:
+                continue  # CRDs not installed: defaults, no profiles, no VPAs
             raise
         for page in pages:
             for item in page.get("items") or ():

@@ -313,6 +313,22 @@ class Writer:
         priority = SEED if is_seed(target) else ADJUST
         return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params), priority)
 
+    def record_original(self, pod: Pod, value: str) -> tuple[Outcome, str]:
+        """Write kube-headroom.dev/original-cpu-limits now, at the priority of the resize it
+        comes before; the outcome and the pod's new resourceVersion. NodeBusy as `resize`."""
+        path = pod_path(pod.namespace, pod.name)
+        meta: dict[str, Any] = {"annotations": {keys.ORIGINAL_KEY: value}}
+        if pod.resource_version:
+            meta["resourceVersion"] = pod.resource_version
+        body = {"metadata": meta}
+        sent: dict[str, Any] = {}
+
+        def send() -> None:
+            sent.update(self.api.patch(path, body, MERGE_PATCH, self.params) or {})
+
+        outcome = self._pod_write(pod, send, SEED if any(c.cpu_limit is None for c in pod.containers) else ADJUST)
+        return outcome, str((sent.get("metadata") or {}).get("resourceVersion") or "")
+
     def annotate(
         self,
         pod: Pod,

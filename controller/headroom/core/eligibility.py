@@ -29,6 +29,8 @@ POD_LEVEL_UNSUPPORTED = "PodLevelResourcesUnsupported"
 BACKING_OFF = "BackingOff"
 POOL_PAUSED = "PoolPaused"
 INVALID_ANNOTATION = "InvalidAnnotation"
+VPA_CONTROLS_LIMITS = "VPAControlsLimits"
+LIMIT_RANGE_CONFLICT = "LimitRangeConflict"
 
 REASONS = (
     NOT_BOUND,
@@ -41,6 +43,7 @@ REASONS = (
     POD_OPTED_OUT,
     POD_SELECTOR_EXCLUDED,
     OWNER_KIND_EXCLUDED,
+    VPA_CONTROLS_LIMITS,
     STATIC_CPU_MANAGER,
     NODE_EXCLUDED,
     WINDOWS_NODE,
@@ -51,6 +54,7 @@ REASONS = (
     BACKING_OFF,
     POOL_PAUSED,
     INVALID_ANNOTATION,  # decided by the planner, after every check above
+    LIMIT_RANGE_CONFLICT,  # decided by the planner, after the policy
 )
 
 
@@ -86,6 +90,7 @@ def eligibility(
     *,
     pod_level_resize: bool,
     backing_off: bool = False,
+    vpa: bool = False,
 ) -> str:
     """`MANAGED` or the reason code of the first check the pod fails."""
     if not pod.node_name or node is None:
@@ -109,6 +114,8 @@ def eligibility(
         return POD_SELECTOR_EXCLUDED
     if pod.owner_kind is not None and pod.owner_kind in ex.owner_kinds:
         return OWNER_KIND_EXCLUDED
+    if vpa:  # a VerticalPodAutoscaler sets this pod's CPU limits (the caller matched it)
+        return VPA_CONTROLS_LIMITS
     if settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels):
         return STATIC_CPU_MANAGER
     if node_excluded(node.labels, settings):

@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from . import eligibility as elig
 from . import keys
 from .capabilities import node_allows_pod_level_resize
+from .neighbours import EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal
 from .params import Resolver, Settings
-from .policy import Managed, NodeSummary, PodTarget, compute_node
+from .policy import Managed, NodeSummary, PodTarget, compute_node, fit_room, limit_delta, write_order
 from .quantity import QuantityError, cpu_milli
 from .records import Namespace, Node, Pod
 
@@ -78,11 +79,13 @@ def plan_node(
     *,
     pod_level_resize: bool,
     backing_off: frozenset[str] = frozenset(),
+    neighbours: Neighbours = EMPTY,
 ) -> NodePlan:
     pods = sorted(pods, key=_BY_KEY)
     reasons: list[tuple[Pod, str, str | None]] = []
     managed: list[Managed] = []
     for p in pods:
+        vpa = neighbours.vpa_controlling(p)
         reason = elig.eligibility(
             p,
             namespaces.get(p.namespace),
@@ -90,19 +93,78 @@ def plan_node(
             settings,
             pod_level_resize=pod_level_resize,
             backing_off=p.key in backing_off,
+            vpa=vpa is not None,
         )
         warning = None
+        if vpa is not None:
+            warning = f"VerticalPodAutoscaler {vpa.namespace}/{vpa.name} sets this pod's CPU limits; Headroom leaves them to it"
         if reason == elig.MANAGED:
             cap, warning = user_cap(p)
             if warning is None:
-                managed.append(Managed(p, elig.computed_containers(p, settings), cap))
+                computed = elig.computed_containers(p, settings)
+                m = Managed(p, computed, cap)
+                ranges = neighbours.limit_ranges.get(p.namespace)
+                if ranges:
+                    m.cap = limit_range_cap(p, computed, m.request, ranges, p.memory_pinned)
+                managed.append(m)
             else:
                 reason = elig.INVALID_ANNOTATION
         reasons.append((p, reason, warning))
     summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
     by_key = {t.managed.pod.key: t for t in targets}
-    plans = tuple(PodPlan(p, r, by_key.get(p.key), w) for p, r, w in reasons)
-    return NodePlan(node, settings, summary, plans)
+    plans = []
+    for p, r, w in reasons:
+        t = by_key.get(p.key)
+        if t is not None and t.apply:
+            why = limit_range_refusal_of(t, neighbours)
+            if why is not None:
+                # The LimitRanger admission would refuse any write: leave the pod alone.
+                r, w, t = elig.LIMIT_RANGE_CONFLICT, f"no CPU limit can be written: {why}", None
+        plans.append(PodPlan(p, r, t, w))
+    return NodePlan(node, settings, summary, tuple(plans))
+
+
+def limit_range_refusal_of(t: PodTarget, neighbours: Neighbours) -> str | None:
+    """What the LimitRanger admission would answer this write (None: it admits it)."""
+    pod = t.managed.pod
+    ranges = neighbours.limit_ranges.get(pod.namespace)
+    if not ranges:
+        return None
+    if t.pod_level:
+        return limit_range_refusal(pod, ranges, pod_limit=t.target)
+    return limit_range_refusal(pod, ranges, {c.name: c.target for c in t.containers})
+
+
+def fit_quota(t: PodTarget, neighbours: Neighbours, budget: QuotaBudget, settings: Settings) -> PodTarget | None:
+    """The write of `t` the namespace's `limits.cpu` quotas admit, its growth reserved in
+    `budget` (None: no write worth making fits; `t` itself when there is no such quota)."""
+    pod = t.managed.pod
+    quotas = neighbours.limits_quotas(pod.namespace)
+    if not quotas:
+        return t
+    room = budget.room(pod.namespace, quotas)
+    fitted = t if room is None else fit_room(t, room.value, room.source, settings)
+    if fitted is None or budget.take(pod, quotas, limit_delta(fitted)) is not None:
+        return None
+    return fitted
+
+
+def _fit_quotas(plan: NodePlan, neighbours: Neighbours, budget: QuotaBudget) -> None:
+    """`plan`'s writes as the quotas admit them, in the order the controller sends them."""
+    writes = [pp for pp in plan.pods if pp.target is not None and pp.target.apply]
+    for pp in sorted(writes, key=lambda pp: write_order(pp.target)):  # type: ignore[arg-type]
+        assert pp.target is not None
+        fitted = fit_quota(pp.target, neighbours, budget, plan.settings)
+        if fitted is None:
+            pp.target = replace(pp.target, apply=False, bound=_short(pp.target, neighbours, budget))
+        else:
+            pp.target = fitted
+
+
+def _short(t: PodTarget, neighbours: Neighbours, budget: QuotaBudget) -> str:
+    ns = t.managed.pod.namespace
+    room = budget.room(ns, neighbours.limits_quotas(ns))
+    return room.source if room is not None else t.bound
 
 
 def plan_cluster(
@@ -113,28 +175,38 @@ def plan_cluster(
     *,
     pod_level_resize: bool,
     backing_off: frozenset[str] = frozenset(),
+    neighbours: Neighbours = EMPTY,
 ) -> ClusterPlan:
     """Every node's plan. `pod_level_resize` is the cluster-wide capability; each node
     also has to declare the feature itself (`node_allows_pod_level_resize`), as in `run`."""
     by_node: dict[str, list[Pod]] = {}
     node_map = {n.name: n for n in nodes}
     out = ClusterPlan()
-    for p in pods:
+    pods_seen = list(pods)
+    for p in pods_seen:
         if p.node_name and p.node_name in node_map:
             by_node.setdefault(p.node_name, []).append(p)
         else:
             out.unbound.append(PodPlan(p, elig.NOT_BOUND))
+    by_namespace: dict[str, list[Pod]] = {}
+    for p in pods_seen:
+        by_namespace.setdefault(p.namespace, []).append(p)
+    # Shared out node by node, in name order; what the plan decides is never "seen".
+    by_key = {p.key: p for p in pods_seen}
+    budget = QuotaBudget(lambda ns: by_namespace.get(ns, ()), by_key.get)
     for name in sorted(node_map):
         node = node_map[name]
-        out.nodes.append(
-            plan_node(
-                node,
-                by_node.get(name, ()),
-                namespaces,
-                resolver.for_labels(node.labels),
-                # The controller's own per-node rule, so `plan` and `run` agree pod by pod.
-                pod_level_resize=node_allows_pod_level_resize(node, pod_level_resize),
-                backing_off=backing_off,
-            )
+        plan = plan_node(
+            node,
+            by_node.get(name, ()),
+            namespaces,
+            resolver.for_labels(node.labels),
+            # The controller's own per-node rule, so `plan` and `run` agree pod by pod.
+            pod_level_resize=node_allows_pod_level_resize(node, pod_level_resize),
+            backing_off=backing_off,
+            neighbours=neighbours,
         )
+        if not plan.settings.dry_run and plan.settings.blocked is None:
+            _fit_quotas(plan, neighbours, budget)
+        out.nodes.append(plan)
     return out

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .neighbours import Cap
 from .params import Settings
-from .records import GUARANTEED, Container, Pod, qos_class
+from .records import GUARANTEED, INIT, Container, Pod, qos_class
 
 QUANTUM = 10  # millicores; also the smallest CPU quota the kernel enforces (k8s#128769)
 
@@ -23,6 +24,7 @@ BOUND_ALLOCATABLE = "allocatable"
 BOUND_USER_CAP = "userCap"
 BOUND_OVERCOMMITTED = "overcommitted"
 BOUND_POD_LEVEL_FLOOR = "podLevelFloor"
+# A namespace's LimitRange or ResourceQuota decides with its own name: "LimitRange ns/name".
 
 
 # The per-pod types below are built for every managed pod on every reconcile; like the
@@ -34,6 +36,7 @@ class Managed:
     pod: Pod
     containers: tuple[Container, ...]  # those that receive a computed limit
     user_cap: int | None = None  # kube-headroom.dev/max-cpu in millicores
+    cap: Cap | None = None  # the namespace's LimitRanges, applied after the user cap
     request: int = field(init=False, default=0)  # r_i: what the pod's share is proportional to
 
     def __post_init__(self) -> None:
@@ -143,15 +146,16 @@ def pod_total(summary: NodeSummary, m: Managed, settings: Settings) -> tuple[int
             limit, bound = summary.allocatable, BOUND_ALLOCATABLE
         if m.user_cap is not None and limit > m.user_cap:
             limit, bound = m.user_cap, BOUND_USER_CAP
+        if m.cap is not None and limit > m.cap.value:
+            limit, bound = m.cap.value, m.cap.source
         limit = max(limit, r)
     limit = max(r, limit // QUANTUM * QUANTUM, QUANTUM)
     return limit, bound
 
 
-def _pod_level_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarget:
+def _pod_level_target(m: Managed, limit: int, bound: str, settings: Settings) -> PodTarget:
     pl = m.pod.pod_level
     assert pl is not None
-    limit, bound = pod_total(summary, m, settings)
     floor = max([pl.cpu_request or 0] + [c.cpu_limit or 0 for c in m.pod.containers])
     if pl.mem_request is not None and pl.mem_request == pl.mem_limit:
         # Pod-level memory is pinned: a CPU limit equal to the request would make the pod
@@ -164,10 +168,16 @@ def _pod_level_target(summary: NodeSummary, m: Managed, settings: Settings) -> P
 
 
 def pod_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarget:
+    limit, bound = pod_total(summary, m, settings)
+    return split(m, limit, bound, settings)
+
+
+def split(m: Managed, limit: int, bound: str, settings: Settings) -> PodTarget:
+    """The pod's target for a given total: shared out over its containers in proportion to
+    their requests (or the pod-level limit), with the QoS guard and the write decisions."""
     pod = m.pod
     if pod.pod_level is not None:
-        return _pod_level_target(summary, m, settings)
-    limit, bound = pod_total(summary, m, settings)
+        return _pod_level_target(m, limit, bound, settings)
     r = m.request
     containers = m.containers
     new = [max(c.cpu_request, c.cpu_request * limit // r, QUANTUM) for c in containers]
@@ -184,6 +194,42 @@ def pod_target(summary: NodeSummary, m: Managed, settings: Settings) -> PodTarge
             new[largest] += QUANTUM
     targets, apply = _container_targets(containers, new, settings.deadband_grow, settings.deadband_shrink)
     return PodTarget(m, r, limit, bound, targets, None, apply)
+
+
+def limit_delta(t: PodTarget) -> int:
+    """How much the pod's `limits.cpu` (as a ResourceQuota counts it) grows with this write."""
+    if t.pod_level:
+        before = t.pod_level_current
+        if before is None:
+            before = sum(c.cpu_limit or 0 for c in t.managed.pod.containers if c.kind != INIT)
+        return t.target - before
+    return sum(c.target - (c.current or 0) for c in t.containers)
+
+
+def fit_room(t: PodTarget, room: int, source: str, settings: Settings) -> PodTarget | None:
+    """The largest write of `t` whose limit growth fits in `room` (a quota's budget): `t`
+    itself when it fits, a smaller raise decided by `source`, or None when no write worth
+    making fits."""
+    delta = limit_delta(t)
+    if delta <= room:
+        return t
+    smaller = split(t.managed, (t.target - (delta - room)) // QUANTUM * QUANTUM, source, settings)
+    if not smaller.apply or limit_delta(smaller) > room or smaller.target < smaller.request:
+        return None
+    return smaller
+
+
+def write_order(t: PodTarget) -> tuple[bool, bool]:
+    """Pods without a limit first (an unbounded pod matters most), then cuts, then raises:
+    a node that shrank gives CPU back before anyone is promised more, and a quota gets its
+    room back before it is spent."""
+    if t.pod_level:
+        raises = t.pod_level_current is not None and t.target > t.pod_level_current
+        seed = t.pod_level_current is None
+    else:
+        raises = any(c.current is not None and c.target > c.current for c in t.containers)
+        seed = any(c.current is None for c in t.containers)
+    return (not seed, raises)
 
 
 def compute_node(
@@ -227,6 +273,9 @@ def compute_node(
             user_cap = m.user_cap
             if user_cap is not None and limit > user_cap:
                 limit, bound = user_cap, BOUND_USER_CAP
+            ns_cap = m.cap
+            if ns_cap is not None and limit > ns_cap.value:
+                limit, bound = ns_cap.value, ns_cap.source
             if limit < r:
                 limit = r
         limit = limit // QUANTUM * QUANTUM

@@ -79,10 +79,15 @@ class Pod:
     # The pod generation whose resize the kubelet refused (Infeasible, or InProgress with
     # reason Error); 0 when none is refused. One backoff per refused generation.
     resize_refused_generation: int = 0
+    owner_name: str | None = None  # name of the controller ownerReference
+    # kube-headroom.dev/original-cpu-limits: the limits the pod had before Headroom first
+    # wrote one (raw JSON, as recorded; see core/release.py)
+    original_limits: str | None = None
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything eligibility and policy read: all but the resourceVersion and
-        our own status annotation. (A unit test holds this list to the fields.)"""
+        our own annotations (status, original limits). (A unit test holds this list to the
+        fields.)"""
         return (
             self.booked_cpu == other.booked_cpu
             and self.containers == other.containers
@@ -93,6 +98,7 @@ class Pod:
             and self.mode == other.mode
             and self.max_cpu == other.max_cpu
             and self.owner_kind == other.owner_kind
+            and self.owner_name == other.owner_name
             and self.pod_level == other.pod_level
             and self.qos == other.qos
             and self.resize_infeasible == other.resize_infeasible
@@ -350,10 +356,11 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     else:
         booked = _booked(tuple(init) + tuple(app)) if init else sum(c.booked_cpu for c in app)
 
-    owner_kind = None
+    owner_kind = owner_name = None
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             owner_kind = _intern(str(ref.get("kind")))
+            owner_name = str(ref.get("name"))
             break
 
     infeasible = pending = deferred = False
@@ -406,6 +413,8 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         resize_deferred=deferred,
         windows=(spec.get("os") or _EMPTY).get("name") == "windows",
         resize_refused_generation=refused_generation,
+        owner_name=owner_name,
+        original_limits=annotations.get(keys.ORIGINAL_KEY),
     )
 
 

@@ -22,6 +22,7 @@ from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
 from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
 from ..core import keys
+from ..core import neighbours as nb
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
 from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
@@ -137,6 +138,7 @@ class Controller:
         self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
         self._blocked_logged: str | None = None
         self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
+        self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
 
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
@@ -304,6 +306,66 @@ class Controller:
         if ns is not None:
             self._queue(self.cache.upsert_namespace(ns))
 
+    def _neighbour_list(self, kind: str, build: Callable[[dict[str, Any]], Any]) -> Callable[[Iterable[Any]], None]:
+        def on_list(items: Iterable[dict[str, Any]]) -> None:
+            self._queue(self.cache.replace_neighbours(kind, self._records(build, items)))
+
+        return on_list
+
+    def _neighbour_event(
+        self, kind: str, build: Callable[[dict[str, Any]], Any]
+    ) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            if event == "DELETED":
+                ns, name = str(meta.get("namespace")), str(meta.get("name"))
+                self._queue(self.cache.delete_neighbour(kind, ns, name))
+                return
+            record = self._record(build, obj)
+            if record is not None:
+                self._queue(self.cache.put_neighbour(kind, record))
+            else:
+                # Unreadable: the previous version would be trusted wrongly. Forget it and
+                # say so; a VPA that cannot be read could be one that owns the limits.
+                self._queue(self.cache.delete_neighbour(kind, str(meta.get("namespace")), str(meta.get("name"))))
+
+        return on_event
+
+    def _reflector(self, path: str, on_list: Any, on_event: Any, stop: threading.Event | None = None) -> Reflector:
+        typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == "/api/v1/pods" else {}
+        return Reflector(
+            self.api,
+            path,
+            on_list,
+            on_event,
+            stop or self.stop,
+            timeout_seconds=self.options.watch_timeout,
+            on_error=self._error,
+            **typed,  # type: ignore[arg-type]
+        ).start()
+
+    def _watch_vpas(self) -> None:
+        """Watch VerticalPodAutoscalers while the server serves them (the CRD may come and
+        go). Until a new watch has listed, `inputs_problem` holds every write back."""
+        with self._config_lock:
+            if self.facts.vpa and self._vpa_stop is None:
+                self._vpa_stop = threading.Event()
+                self.reflectors.append(
+                    self._reflector(
+                        nb.VPA_PATH,
+                        self._neighbour_list(nb.VPA_KIND, nb.vpa_from_dict),
+                        self._neighbour_event(nb.VPA_KIND, nb.vpa_from_dict),
+                        self._vpa_stop,
+                    )
+                )
+                log.info("watching VerticalPodAutoscalers")
+            elif not self.facts.vpa and self._vpa_stop is not None:
+                self._vpa_stop.set()
+                self._vpa_stop = None
+                self.reflectors = [r for r in self.reflectors if r.path != nb.VPA_PATH]
+                self._queue(self.cache.replace_neighbours(nb.VPA_KIND, ()))
+                log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
+
     def _custom_list(self, kind: str) -> Callable[[Iterable[dict[str, Any]]], None]:
         def on_list(items: Iterable[dict[str, Any]]) -> None:
             objs = list(items)  # fetched before any lock is taken
@@ -371,20 +433,14 @@ class Controller:
             (CONFIG_PATH, self._custom_list(keys.CONFIG_KIND), self._custom_event(keys.CONFIG_KIND)),
             (PROFILE_PATH, self._custom_list(keys.PROFILE_KIND), self._custom_event(keys.PROFILE_KIND)),
         ]
+        for path, kind, build in (
+            (nb.LIMIT_RANGE_PATH, nb.LIMIT_RANGE_KIND, nb.limit_range_from_dict),
+            (nb.QUOTA_PATH, nb.QUOTA_KIND, nb.quota_from_dict),
+        ):
+            watches.append((path, self._neighbour_list(kind, build), self._neighbour_event(kind, build)))
         for path, on_list, on_event in watches:
-            typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == "/api/v1/pods" else {}
-            self.reflectors.append(
-                Reflector(
-                    self.api,
-                    path,
-                    on_list,
-                    on_event,
-                    self.stop,
-                    timeout_seconds=self.options.watch_timeout,
-                    on_error=self._error,
-                    **typed,  # type: ignore[arg-type]
-                ).start()
-            )
+            self.reflectors.append(self._reflector(path, on_list, on_event))
+        self._watch_vpas()
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
         self._spawn("blocked-log", self._log_blocked)
         if self.options.webhook_secret:
@@ -451,6 +507,7 @@ class Controller:
                             self.inputs_problem,
                             self.metrics.observe_webhook,
                             self.options.webhook_cert_reload,
+                            lambda: self.cache.neighbours,
                         ).start()
                     )
                     log.info("webhook serving", extra={"port": self.options.webhook_port})
@@ -523,6 +580,7 @@ class Controller:
             try:
                 self.facts = discover(self.api)
                 self._refresh_pod_level()
+                self._watch_vpas()
             except ApiError as exc:
                 log.warning("capability refresh failed", extra={"error": str(exc)})
                 self._error("capabilities")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -19,13 +19,14 @@ from ..cluster.writer import (
     Outcome,
     WriteBlocked,
     Writer,
-    is_seed,
     now_rfc3339,
 )
-from ..core import keys
+from ..core import eligibility as elig
+from ..core import keys, release
+from ..core.neighbours import Neighbours, Quota, QuotaBudget
 from ..core.params import Settings
-from ..core.planner import NodePlan, PodPlan, plan_node
-from ..core.policy import PodTarget, outside_deadband
+from ..core.planner import NodePlan, PodPlan, limit_range_refusal_of, plan_node
+from ..core.policy import PodTarget, fit_room, limit_delta, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
 from ..core.records import Namespace, Node, Pod
 from .backoff import PodBackoff
@@ -74,6 +75,22 @@ def status_annotation(plan: NodePlan, t: PodTarget) -> str:
     ).decode()
 
 
+def released_annotation(pod: Pod, reason: str, settings: Settings, note: str, written: PodTarget | None = None) -> str:
+    """What the status annotation says of a pod Headroom no longer manages (after `written`)."""
+    limit = release.current_limit(pod, written)
+    body = {
+        "managed": False,
+        "reason": reason,
+        "release": settings.release,
+        "limit": "none" if limit is None else format_milli(limit),
+        "policy": keys.POLICY_NAME,
+        "computedAt": now_rfc3339(),
+    }
+    if note:
+        body["note"] = note
+    return orjson.dumps(body).decode()
+
+
 def annotation_due(pod: Pod, t: PodTarget, settings: Settings) -> bool:
     """Write the status annotation when it is missing, its mode or pool changed, or the
     target it shows is out of deadband — not on every factor wiggle."""
@@ -98,12 +115,21 @@ def _change(pod: Pod, t: PodTarget) -> str:
     return f"{before} → {format_milli(sum(c.target for c in t.containers))}"
 
 
+class _Failed(Exception):
+    """A write before the resize was refused: the resize is not sent."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.result)
+        self.outcome = outcome
+
+
 @dataclass(slots=True)
 class _Continuation:
     """A pass cut short by the node's write budget: the resizes still to write, as decided."""
 
     plan: NodePlan
     steps: list[PodPlan]
+    neighbours: Neighbours
 
 
 class Reconciler:
@@ -138,6 +164,8 @@ class Reconciler:
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
         self._continuations: dict[str, _Continuation] = {}
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
+        # What the namespaces' limits.cpu quotas still admit.
+        self.quota = QuotaBudget(cache.namespace_pods, cache.pod)
 
     def forget(self, pod_key: str) -> None:
         """A deleted pod: drop what was remembered about it."""
@@ -177,7 +205,7 @@ class Reconciler:
             cont = None  # the configuration changed since: decide again
         if cont is None:
             self._changed_at.pop(node_name, None)  # this plan sees every change so far
-            cont = self._plan(view.node, view.pods, view.namespaces, settings, result)
+            cont = self._plan(view.node, view.pods, view.namespaces, view.neighbours, settings, result)
             if cont is None:
                 return result
         try:
@@ -191,7 +219,13 @@ class Reconciler:
         return result
 
     def _plan(
-        self, node: Node, pods: tuple[Pod, ...], namespaces: Mapping[str, Namespace], settings: Settings, result: Result
+        self,
+        node: Node,
+        pods: tuple[Pod, ...],
+        namespaces: Mapping[str, Namespace],
+        neighbours: Neighbours,
+        settings: Settings,
+        result: Result,
     ) -> _Continuation | None:
         """Decide the node; queue its warnings and the annotations of pods that need no
         resize; the resizes to write (None: nothing to write)."""
@@ -209,7 +243,13 @@ class Reconciler:
                     )
         backing_off = self.backoff.active()
         plan = plan_node(
-            node, pods, namespaces, settings, pod_level_resize=self.pod_level_resize(node), backing_off=backing_off
+            node,
+            pods,
+            namespaces,
+            settings,
+            pod_level_resize=self.pod_level_resize(node),
+            backing_off=backing_off,
+            neighbours=neighbours,
         )
         self.on_plan(plan)
         # A backoff that expires must bring the node back by itself, not wait for an event.
@@ -228,6 +268,10 @@ class Reconciler:
                 self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
             t = pp.target
             if t is None:
+                if pp.reason in release.LEFT:
+                    restore = self._release(plan, pp)
+                    if restore is not None:
+                        steps.append(restore)
                 continue
             if t.apply and not settings.dry_run:
                 steps.append(pp)  # its annotation follows its resize
@@ -241,10 +285,29 @@ class Reconciler:
             self.writer.node_wave(
                 node.name, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan)
             )
-        # Pods without a limit first (an unbounded pod matters most), then cuts, then raises:
-        # a node that shrank gives CPU back before anyone is promised more.
-        steps.sort(key=_order)
-        return _Continuation(plan, steps) if steps else None
+        steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
+        return _Continuation(plan, steps, neighbours) if steps else None
+
+    def _release(self, plan: NodePlan, pp: PodPlan) -> PodPlan | None:
+        """A pod Headroom no longer manages: the resize that restores its recorded limit
+        (spec.release: Restore), else queue the status annotation that says it is released."""
+        pod, settings = pp.pod, plan.settings
+        note = ""
+        if settings.release == release.RESTORE and pp.reason in release.RESTORABLE:
+            if settings.dry_run or settings.paused:
+                note = "not restored: the pool is in dry-run or paused"
+            else:
+                t, note = release.restore_target(pod)
+                if t is not None:
+                    why = limit_range_refusal_of(t, self.cache.neighbours)
+                    if why is None:
+                        return PodPlan(pod, pp.reason, t, pp.warning)
+                    note = f"not restored: {why}"
+                elif note:
+                    note = f"not restored: {note}"
+        if pod.status_annotation is not None and (release.shown_managed(pod) or release.shown_reason(pod) != pp.reason):
+            self._annotate_released(plan, pod, pp.reason, note)
+        return None
 
     def _resize(self, node_name: str, cont: _Continuation, result: Result) -> None:
         """Write the continuation's resizes in order until done, a failure that stops the
@@ -261,41 +324,85 @@ class Reconciler:
                     # requeued the node; a recompute decides again).
                     cont.steps.pop(0)
                     continue
+                if pod.original_limits is None and pp.pod.original_limits is not None:
+                    pod = pp.pod  # our record is written; the watch has not brought it yet
                 assert pp.target is not None
+                target = pp.target
+                quotas: tuple[Quota, ...] = ()
                 try:
-                    outcome = self.writer.resize(pod, pp.target)
+                    if pp.reason == elig.MANAGED and pod.original_limits is None:
+                        # Before a pod's first limit, the record of the limits it had (so
+                        # spec.release: Restore can give them back). No resize without it.
+                        recorded, version = self.writer.record_original(pod, release.record(pod))
+                        if recorded.result != APPLIED:
+                            raise _Failed(recorded)
+                        pod = replace(pod, resource_version=version, original_limits=release.record(pod))
+                        pp.pod = pod
+                    quotas = cont.neighbours.limits_quotas(pod.namespace)
+                    if quotas:
+                        room = self.quota.room(pod.namespace, quotas)
+                        fitted = target if room is None else fit_room(target, room.value, room.source, plan.settings)
+                        if fitted is None or self.quota.take(pod, quotas, limit_delta(fitted)) is not None:
+                            # No raise worth making fits the quota now: a quota with more
+                            # room requeues the namespace's nodes.
+                            cont.steps.pop(0)
+                            continue
+                        target = fitted
+                    try:
+                        outcome = self.writer.resize(pod, target)
+                    except BaseException:
+                        self.quota.give_back(pod)  # not sent
+                        raise
                 except NodeBusy as busy:
                     self._continuations[node_name] = cont
                     result.partial = True
                     result.retry_at(busy.wait)
                     return
+                except _Failed as failed:
+                    outcome = failed.outcome
+                if outcome.result != APPLIED:
+                    self.quota.give_back(pod)
                 cont.steps.pop(0)
                 result.writes += 1
                 if outcome.result != GONE:
                     self.on_outcome(outcome.result, False)
                 if outcome.result == APPLIED:
                     result.resizes += 1
-                    changes.append(f"{pod.key} {_change(pod, pp.target)} (decided by {pp.target.bound})")
+                    changes.append(f"{pod.key} {_change(pod, target)} (decided by {target.bound})")
                     log.info(
                         "cpu limit adjusted",
                         extra={
                             "pod": pod.key,
                             "node": node_name,
-                            "change": _change(pod, pp.target),
+                            "change": _change(pod, target),
                             "factor": round(plan.summary.factor, 2),
-                            "reason": pp.target.bound,
+                            "reason": target.bound,
                         },
                     )
-                    self._annotate(plan, pod, pp.target)
+                    if pp.reason == elig.MANAGED:
+                        self._annotate(plan, pod, target)
+                    else:
+                        self._annotate_released(
+                            plan, pod, pp.reason, "restored the limit it had before Headroom", target
+                        )
                 elif self._handle_failure(pod, plan, outcome, result):
                     return
         finally:
             if changes:
                 self.writer.node_wave(node_name, "CPULimitAdjusted", "adjusted", changes, _tail(plan))
 
+    def _annotate_released(
+        self, plan: NodePlan, pod: Pod, reason: str, note: str, written: PodTarget | None = None
+    ) -> None:
+        if self.annotate:
+            value = released_annotation(pod, reason, plan.settings, note, written)
+            self._queue_annotation(plan, pod, value, lambda: f"released ({reason})")
+
     def _annotate(self, plan: NodePlan, pod: Pod, t: PodTarget) -> None:
-        if not self.annotate:
-            return
+        if self.annotate:
+            self._queue_annotation(plan, pod, status_annotation(plan, t), lambda: format_milli(t.target))
+
+    def _queue_annotation(self, plan: NodePlan, pod: Pod, value: str, shows: Callable[[], str]) -> None:
         node, key, uid, settings = plan.node.name, pod.key, pod.uid, plan.settings
 
         def still_wanted() -> bool:
@@ -314,7 +421,7 @@ class Reconciler:
             if outcome.result == APPLIED:
                 log.info(
                     "status annotation written",
-                    extra={"pod": key, "node": node, "target": format_milli(t.target), "dryRun": plan.settings.dry_run},
+                    extra={"pod": key, "node": node, "target": shows(), "dryRun": plan.settings.dry_run},
                 )
             elif outcome.result != GONE:
                 # Retried like a failed resize, so the annotation never stays wrong until a restart.
@@ -324,7 +431,7 @@ class Reconciler:
                 )
                 self.on_annotation_failed(node, outcome)
 
-        self.writer.annotate(pod, status_annotation(plan, t), still_wanted, on_outcome)
+        self.writer.annotate(pod, value, still_wanted, on_outcome)
 
     def _retry(self, outcome: Outcome, result: Result) -> bool:
         """A transient failure: stop this pass; True (the rest of the node waits)."""
@@ -363,16 +470,6 @@ class Reconciler:
             extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
         )
         return self._retry(outcome, result)
-
-
-def _order(pp: PodPlan) -> tuple[bool, bool]:
-    t = pp.target
-    assert t is not None
-    if t.pod_level:
-        raises = t.pod_level_current is not None and t.target > t.pod_level_current
-    else:
-        raises = any(c.current is not None and c.target > c.current for c in t.containers)
-    return (not is_seed(t), raises)
 
 
 def _tail(plan: NodePlan) -> str:

@@ -62,7 +62,12 @@ def load(api: Api, items: list[dict[str, Any]]) -> None:
 def _plan(api: Api, version: tuple[int, int] | None) -> ClusterPlan:
     snap = read_cluster(api)
     return plan_cluster(
-        snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=pod_level_resize(snap.nodes, version)
+        snap.nodes,
+        snap.pods,
+        snap.namespaces,
+        snap.resolver(),
+        pod_level_resize=pod_level_resize(snap.nodes, version),
+        neighbours=snap.neighbours,
     )
 
 

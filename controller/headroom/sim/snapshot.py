@@ -17,6 +17,7 @@ from ..api.models import HeadroomConfig, NodePoolProfile
 from ..api.resolve import Resolution, resolve
 from ..api.validate import objects
 from ..core import keys
+from ..core import neighbours as nb
 from ..core.params import Resolver
 from ..core.records import Namespace, Node, Pod, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 
@@ -33,6 +34,7 @@ class Snapshot:
     config: HeadroomConfig | None = None
     profiles: list[NodePoolProfile] = field(default_factory=list)
     raw: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # kind -> the objects as read
+    neighbours: nb.Neighbours = nb.EMPTY  # VPAs, LimitRanges, ResourceQuotas
 
     def resolution(self) -> Resolution:
         """The configuration the controller would run on: the same rules (api/resolve.py)."""
@@ -84,6 +86,12 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
     """Records and validated Headroom objects from raw Kubernetes objects; `path` names
     the source in error messages."""
     snap = Snapshot()
+    found: dict[str, list[Any]] = {nb.VPA_KIND: [], nb.LIMIT_RANGE_KIND: [], nb.QUOTA_KIND: []}
+    builders = {
+        nb.VPA_KIND: nb.vpa_from_dict,
+        nb.LIMIT_RANGE_KIND: nb.limit_range_from_dict,
+        nb.QUOTA_KIND: nb.quota_from_dict,
+    }
     for obj in objs:
         if not isinstance(obj, dict):
             raise SnapshotError(f"{path}: a document is not a Kubernetes object (got {type(obj).__name__})")
@@ -106,8 +114,12 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
             elif kind == keys.PROFILE_KIND:
                 snap.profiles.append(NodePoolProfile.model_validate(obj))
                 snap.raw.setdefault(kind, []).append(obj)
+            elif kind in builders:
+                found[kind].append(builders[kind](obj))
         except RecordError as exc:
             raise SnapshotError(f"{path}: {exc}") from None
         except ValidationError as exc:
             raise _first_error(path, obj, exc) from None
+    for kind, records in found.items():
+        snap.neighbours = nb.with_all(snap.neighbours, kind, records)
     return snap

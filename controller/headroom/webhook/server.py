@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
 from ..core.records import Namespace
 from .mutation import patch_for
@@ -36,6 +37,7 @@ def review_response(
     namespace: Callable[[str], Namespace | None],
     resolver: Callable[[], Resolver],
     blocked: Callable[[], str | None] = lambda: None,
+    neighbours: Callable[[], Neighbours] = lambda: EMPTY,
 ) -> dict[str, Any]:
     request = review.get("request") or {}
     if not isinstance(request, dict):
@@ -51,7 +53,7 @@ def review_response(
         ):
             pod = request.get("object") or {}
             ns_name = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
-            ops = patch_for(pod, namespace(ns_name), resolver())
+            ops = patch_for(pod, namespace(ns_name), resolver(), neighbours())
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
@@ -92,7 +94,9 @@ class WebhookServer:
         blocked: Callable[[], str | None] = lambda: None,
         observe: Callable[[str, float], None] = lambda result, seconds: None,
         reload_every: float = RELOAD_EVERY,
+        neighbours: Callable[[], Neighbours] = lambda: EMPTY,
     ) -> None:
+        self.neighbours = neighbours
         self.port, self.cert_dir, self.host, self.reload_every = port, cert_dir, host, reload_every
         self.namespace, self.resolver, self.blocked, self.observe = namespace, resolver, blocked, observe
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -144,7 +148,7 @@ class WebhookServer:
             if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
                 self.observe("malformed", time.perf_counter() - started)
                 return web.json_response({"error": "the body is not an AdmissionReview"}, status=400)
-            out = review_response(review, self.namespace, self.resolver, self.blocked)
+            out = review_response(review, self.namespace, self.resolver, self.blocked, self.neighbours)
             self.observe("mutated" if "patch" in out["response"] else "unchanged", time.perf_counter() - started)
             return web.json_response(out)
 

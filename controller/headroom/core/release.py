@@ -1,0 +1,175 @@
+"""Pods that leave management: what their status annotation says, and the limits
+`spec.release: Restore` gives back.
+
+Before Headroom first writes a pod's CPU limit it records the limits the pod had, in the
+annotation kube-headroom.dev/original-cpu-limits (the webhook records it at admission):
+`{"<container>": "500m" | null, ...}`, or `{"(pod)": ...}` for the pod-level limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+from . import eligibility as elig
+from .policy import ContainerTarget, Managed, PodTarget
+from .quantity import QuantityError, cpu_milli, format_milli
+from .records import BURSTABLE, INIT, Pod, qos_class
+
+RESTORE = "Restore"  # spec.release; the other value, Keep, writes nothing
+POD_LEVEL = "(pod)"  # never a container name (those are DNS labels)
+BOUND_RELEASED = "released"
+
+# Reasons that mean the pod left management. Not among them: reasons that say nothing
+# about the pod (no node, ending, a mirror pod), an unusable configuration (nothing is
+# written then) and a backoff (it ends by itself).
+LEFT = frozenset(
+    {
+        elig.NAMESPACE_NOT_MANAGED,
+        elig.NAMESPACE_EXCLUDED,
+        elig.POD_OPTED_OUT,
+        elig.POD_SELECTOR_EXCLUDED,
+        elig.OWNER_KIND_EXCLUDED,
+        elig.STATIC_CPU_MANAGER,
+        elig.NODE_EXCLUDED,
+        elig.WINDOWS_NODE,
+        elig.NOT_BURSTABLE,
+        elig.ZERO_CPU_REQUEST,
+        elig.RESTART_ON_RESIZE,
+        elig.POD_LEVEL_UNSUPPORTED,
+        elig.VPA_CONTROLS_LIMITS,
+        elig.LIMIT_RANGE_CONFLICT,
+        elig.POOL_PAUSED,
+        elig.INVALID_ANNOTATION,
+    }
+)
+# Of those, the ones after which the old limit may be written back: a person took the pod
+# out of Headroom's hands. Not after a VPA took the limits over (it owns them now), a
+# resize that restarts the container, a paused pool (nothing is written there), or a pod
+# whose resize cannot succeed anyway.
+RESTORABLE = frozenset(
+    {
+        elig.NAMESPACE_NOT_MANAGED,
+        elig.NAMESPACE_EXCLUDED,
+        elig.POD_OPTED_OUT,
+        elig.POD_SELECTOR_EXCLUDED,
+        elig.OWNER_KIND_EXCLUDED,
+        elig.STATIC_CPU_MANAGER,
+        elig.NODE_EXCLUDED,
+        elig.ZERO_CPU_REQUEST,
+    }
+)
+
+
+def record(pod: Pod) -> str:
+    """The annotation value recording the pod's CPU limits now (before a first write)."""
+    out: dict[str, str | None] = {}
+    if pod.pod_level is not None:
+        out[POD_LEVEL] = None if pod.pod_level.cpu_limit is None else format_milli(pod.pod_level.cpu_limit)
+    for c in pod.containers:
+        if c.kind != INIT:
+            out[c.name] = None if c.cpu_limit is None else format_milli(c.cpu_limit)
+    return orjson.dumps(out).decode()
+
+
+def recorded(pod: Pod) -> dict[str, int | None] | None:
+    """The recorded limits in millicores; None when there is no usable record. The
+    annotation is on the pod, so anyone who can edit the pod can edit it: whatever it
+    holds, this returns."""
+    raw = pod.original_limits
+    if raw is None or len(raw) > 16_384:
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, int | None] = {}
+    for name, value in data.items():
+        if not isinstance(name, str):
+            return None
+        if value is None:
+            out[name] = None
+            continue
+        try:
+            out[name] = cpu_milli(value)
+        except QuantityError:
+            return None
+    return out
+
+
+def shown_managed(pod: Pod) -> bool:
+    """Whether the pod's status annotation still shows it managed by Headroom."""
+    if pod.status_annotation is None:
+        return False
+    try:
+        shown = orjson.loads(pod.status_annotation)
+    except orjson.JSONDecodeError:
+        return True  # ours, but unreadable: rewrite it
+    return not isinstance(shown, dict) or shown.get("managed") is not False
+
+
+def shown_reason(pod: Pod) -> str | None:
+    try:
+        shown = orjson.loads(pod.status_annotation or "null")
+    except orjson.JSONDecodeError:
+        return None
+    return shown.get("reason") if isinstance(shown, dict) else None
+
+
+def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
+    """The resize that gives the pod its recorded limits back, or None and why not (an
+    empty reason: nothing to do, the pod already has them)."""
+    rec = recorded(pod)
+    if rec is None:
+        return None, "no record of the limit it had before Headroom (kube-headroom.dev/original-cpu-limits)"
+    if pod.pod_level is not None and POD_LEVEL in rec:
+        before = rec[POD_LEVEL]
+        if before is None:
+            return None, "it had no pod-level CPU limit before Headroom, and Kubernetes cannot remove one in place"
+        if before < (pod.pod_level.cpu_request or 0):
+            return None, f"its old limit {format_milli(before)} is below its request now"
+        if pod.pod_level.cpu_limit == before:
+            return None, ""
+        m = Managed(pod, ())
+        return PodTarget(m, m.request, before, BOUND_RELEASED, (), pod.pod_level.cpu_limit, True), ""
+    targets = []
+    new: dict[str, int | None] = {}
+    for c in pod.containers:
+        if c.kind == INIT or c.name not in rec:
+            new[c.name] = c.cpu_limit
+            continue
+        before = rec[c.name]
+        if before is None:
+            if c.cpu_limit is not None:
+                return None, "it had no CPU limit before Headroom, and Kubernetes cannot remove one in place"
+            continue
+        if before < c.cpu_request:
+            return None, f"the old limit of container {c.name} ({format_milli(before)}) is below its request now"
+        new[c.name] = before
+        if c.cpu_limit != before:
+            targets.append(ContainerTarget(c.name, c.cpu_request, c.cpu_limit, before, True))
+    if not targets:
+        return None, ""
+    after = [(c.cpu_request or None, new.get(c.name), c.mem_request, c.mem_limit) for c in pod.containers]
+    if qos_class(after) != BURSTABLE:
+        return None, "the old limits would change the pod's QoS class"
+    m = Managed(pod, tuple(c for c in pod.containers if c.kind != INIT and c.name in new))
+    total = sum(t.target for t in targets)
+    return PodTarget(m, m.request, total, BOUND_RELEASED, tuple(targets), None, True), ""
+
+
+def current_limit(pod: Pod, written: PodTarget | None = None) -> int | None:
+    """The pod's CPU limit now (after `written`, when given): the pod-level one, else the
+    sum of its containers' (None when an app container or sidecar has none)."""
+    if written is not None and written.pod_level:
+        return written.target
+    if pod.pod_level is not None and pod.pod_level.cpu_limit is not None:
+        return pod.pod_level.cpu_limit
+    new: Mapping[str, int] = {c.name: c.target for c in written.containers} if written is not None else {}
+    limits = [new.get(c.name, c.cpu_limit) for c in pod.containers if c.kind != INIT]
+    if not limits or any(v is None for v in limits):
+        return None
+    return sum(v or 0 for v in limits)
