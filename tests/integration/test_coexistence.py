@@ -310,3 +310,81 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
         row = next(line for line in plan_table(live_plan(api)).splitlines() if " had-none " in line)
         assert row.split()[5] == "4", row
         assert not [r for r in c.logs() if r.get("level") == "error"]
+
+
+def test_the_limit_range_rule_answers_what_the_servers_limitranger_answers(api, namespace, make_node):
+    """One rule, checked against the server's own LimitRanger: every verdict (and its
+    message) for each pod and candidate limits, through a dry-run resize."""
+    from headroom.cluster.api import ApiError
+    from headroom.core.neighbours import limit_range_from_dict, limit_range_refusal
+    from headroom.core.quantity import cpu_milli
+    from headroom.core.records import pod_from_dict
+
+    ns = namespace
+    node = make_node(cpu="16")
+    pods = {
+        "one": [container(cpu="200m", limit="300m")],
+        "two": [container("a", cpu="400m", limit="500m"), container("b", cpu="400m", limit="500m")],
+        "small": [container(cpu="50m", limit="100m")],
+        "big-memory": [container(cpu="200m", limit="300m", mem_limit="600Mi")],
+    }
+    for name, containers in pods.items():
+        create_pod(api, ns, node, name, containers=containers)
+    sidecar_pod = {"app": "300m", "side": "200m"}
+    create_pod(
+        api,
+        ns,
+        node,
+        "sidecar",
+        containers=[container(cpu="300m", limit="400m")],
+        init=[container("side", cpu="200m", limit="250m", sidecar=True)],
+    )
+    lr = {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "rules", "namespace": ns},
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "max": {"cpu": "1", "memory": "512Mi"},
+                    "min": {"cpu": "100m"},
+                    "maxLimitRequestRatio": {"cpu": "3"},
+                },
+                {"type": "Pod", "max": {"cpu": "1500m"}, "maxLimitRequestRatio": {"cpu": "2500m"}},
+            ]
+        },
+    }
+    ranges = (limit_range_from_dict(api.post(f"/api/v1/namespaces/{ns}/limitranges", lr)),)
+    time.sleep(1)  # the admission's LimitRange cache
+    candidates = {
+        "one": [{"app": "500m"}, {"app": "600m"}, {"app": "700m"}, {"app": "1100m"}],
+        "two": [{"a": "750m", "b": "750m"}, {"a": "800m", "b": "800m"}, {"a": "1", "b": "900m"}],
+        "small": [{"app": "150m"}],
+        "big-memory": [{"app": "400m"}],
+        "sidecar": [{"app": "600m", "side": "400m"}, {"app": "900m", "side": "600m"}, sidecar_pod],
+    }
+    checked = 0
+    for name, options in candidates.items():
+        raw = api.get(pod_path(ns, name))
+        record = pod_from_dict(raw)
+        for limits in options:
+            body: dict[str, Any] = {"spec": {}}
+            kinds = {c["name"]: "containers" for c in raw["spec"]["containers"]}
+            kinds.update({c["name"]: "initContainers" for c in raw["spec"].get("initContainers") or ()})
+            for cname, value in limits.items():
+                body["spec"].setdefault(kinds[cname], []).append(
+                    {"name": cname, "resources": {"limits": {"cpu": value}}}
+                )
+            try:
+                api.patch(pod_path(ns, name, "resize"), body, STRATEGIC_PATCH, {"dryRun": "All"})
+                server = None
+            except ApiError as exc:
+                assert exc.status == 403, exc
+                server = exc.message
+            ours = limit_range_refusal(record, ranges, {k: cpu_milli(v) for k, v in limits.items()})
+            assert (ours is None) == (server is None), (name, limits, ours, server)
+            if ours is not None:
+                assert ours.split(": ", 1)[1] in str(server), (ours, server)
+            checked += 1
+    assert checked == 12

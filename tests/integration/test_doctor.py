@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import K8S_VERSION
+from cluster_helpers import K8S_VERSION, create_pod
 
 pytestmark = pytest.mark.version_sensitive
 
@@ -25,7 +25,10 @@ def doctor(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_doctor_finds_quota_limitrange_and_missing_rbac(control_plane, api, namespace, controller_rbac):
+def test_doctor_reports_quota_limitrange_and_vpa_as_handled_and_finds_missing_rbac(
+    control_plane, api, namespace, controller_rbac, vpa_crd, make_node, headroom_config
+):
+    headroom_config()
     api.post(
         f"/api/v1/namespaces/{namespace}/resourcequotas",
         {
@@ -45,18 +48,36 @@ def test_doctor_finds_quota_limitrange_and_missing_rbac(control_plane, api, name
         },
     )
 
+    api.post(
+        f"/apis/autoscaling.k8s.io/v1/namespaces/{namespace}/verticalpodautoscalers",
+        {
+            "apiVersion": "autoscaling.k8s.io/v1",
+            "kind": "VerticalPodAutoscaler",
+            "metadata": {"name": "web"},
+            "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}},
+        },
+    )
+    labels = {"pod-template-hash": "5d8f"}
+    create_pod(
+        api, namespace, make_node(cpu="4"), "web-5d8f-a", owner_kind="ReplicaSet", owner_name="web-5d8f", labels=labels
+    )
+
     as_admin = doctor(control_plane.kubeconfig())
     out = as_admin.stdout
-    assert as_admin.returncode == 1, out + as_admin.stderr  # the quota is a failure
     assert f"ok    server: {K8S_VERSION}" in out and "ok    pods/resize: served" in out
-    assert f"FAIL  resourcequota: {namespace}/q limits limits.cpu to 4" in out
-    assert f"WARN  limitrange: {namespace}/lr caps container CPU limits at 2000m" in out
+    # What the controller now handles itself is information, not a warning.
+    assert f"info  resourcequota: {namespace}/q limits limits.cpu to 4: raises stay inside" in out, out
+    assert f"info  limitrange: {namespace}/lr caps CPU limits (Container max 2)" in out, out
+    assert (
+        f"info  vpa: 1 pod(s) whose VerticalPodAutoscaler sets CPU limits are left to it ({namespace}/web-5d8f-a)"
+        in out
+    )
     assert "ok    rbac: checked every permission the controller needs" in out
 
-    # the controller's own identity has exactly what it needs, and cannot list quotas
+    # the controller's own identity has exactly what it needs, and sees the same
     as_controller = doctor(control_plane.kubeconfig(controller_rbac)).stdout
     assert "FAIL  rbac" not in as_controller and "ok    rbac: checked every permission" in as_controller
-    assert "WARN  resourcequota: not checked: this identity may not list resourcequotas" in as_controller
+    assert f"info  resourcequota: {namespace}/q" in as_controller
 
     as_nobody = doctor(control_plane.kubeconfig("headroom-test-nobody-token"))
     assert as_nobody.returncode == 1

@@ -15,7 +15,9 @@ from conftest import CONTROLLER_TOKEN
 from chart import PROMTOOL, dashboard_metric_names
 from cluster_helpers import K8S_MINOR, cpu_limits, create_pod, node_events, wait_limits, wait_node_event
 from factories import container
-from headroom.cluster.api import MERGE_PATCH, pod_path
+from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import plan_cluster
 from headroom.core.quantity import cpu_milli
 from headroom.sim.controlplane import ADMIN_TOKEN
 from headroom.sim.kubelet import SimulatedKubelet
@@ -232,3 +234,33 @@ def test_a_node_that_shrinks_cuts_its_pods_within_two_seconds_and_raises_none(
         assert took < 2.0, f"took {took:.2f}s"
         # S = 1, M = 7: c = 6 + 6/7 = 6.857, floored to the 10m quantum
         wait_limits(api, namespace, "c", ["6850m"], timeout=5)
+
+
+def test_while_the_kubelet_resizes_a_node_limits_are_cut_never_raised(
+    api, namespace, make_node, headroom_config, start_controller
+):
+    """KEP-3953: while the node's CapacityConfigured condition says InProgress, freed CPU
+    raises no limit; when the resize is done, the raises go out."""
+    headroom_config()
+    node = make_node(cpu="16")
+    with SimulatedKubelet(api, node):
+        for name, cpu in (("a", "1"), ("b", "1"), ("c", "6")):
+            create_pod(api, namespace, node, name, containers=[container(cpu=cpu)])
+        c = start_controller()
+        wait_limits(api, namespace, "a", ["2"], timeout=20)  # S = 8, M = 8: factor 2
+        wait_limits(api, namespace, "c", ["12"], timeout=20)
+        resizing = {"type": "CapacityConfigured", "status": "True", "reason": "InProgress", "message": "16 -> 12"}
+        status = {"status": {"conditions": [resizing], "allocatable": {"cpu": "12"}, "capacity": {"cpu": "12"}}}
+        api.patch(f"/api/v1/nodes/{node}/status", status, STRATEGIC_PATCH)
+        wait_limits(api, namespace, "c", ["9"], timeout=5)  # cut at once: S = 4, 6 + 4 x 6/8 (a, b: the 1-core floor)
+        api.delete(pod_path(namespace, "c"))  # 6 cores freed: a and b would rise
+        time.sleep(3)
+        assert cpu_limits(api, namespace, "a") == ["2"] and cpu_limits(api, namespace, "b") == ["2"]
+        snap = read_cluster(api)
+        plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True)
+        held = {pp.pod.name: pp.target.bound for pp in plan.all_pods() if pp.target is not None}
+        assert held == {"a": "nodeResizing", "b": "nodeResizing"}, held
+        done = {**resizing, "status": "False", "reason": "Accepted"}
+        api.patch(f"/api/v1/nodes/{node}/status", {"status": {"conditions": [done]}}, STRATEGIC_PATCH)
+        wait_limits(api, namespace, "a", ["6"], timeout=10)  # 1 + 10 x 1/2, the raise once done
+        assert not [r for r in c.logs() if r.get("level") == "error"]

@@ -61,7 +61,11 @@ def test_deployment_is_locked_down():
 
 
 EXPECTED_CLUSTER_RULES = [
-    {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces", "limitranges"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "nodes", "namespaces", "limitranges", "resourcequotas"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": ["kube-headroom.dev"],

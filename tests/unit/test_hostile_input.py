@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from factories import container, node, pod
 from headroom.api.resolve import resolve
 from headroom.cluster import decode
-from headroom.core.planner import plan_node
+from headroom.core import neighbours as nb
+from headroom.core.planner import plan_cluster, plan_node
 from headroom.core.quantity import QuantityError, cpu_milli, whole_units
 from headroom.core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.webhook.server import review_response
@@ -47,6 +48,7 @@ JSON = st.recursive(
 POD_PATHS = [
     ("metadata", "annotations", "kube-headroom.dev/max-cpu"),
     ("metadata", "annotations", "kube-headroom.dev/status"),
+    ("metadata", "annotations", "kube-headroom.dev/original-cpu-limits"),
     ("metadata", "labels", "kube-headroom.dev/mode"),
     ("metadata", "ownerReferences"),
     ("metadata", "generation"),
@@ -96,10 +98,71 @@ def test_garbage_in_a_pod_is_refused_or_planned_never_raised(edits):
     assert next(pp for pp in plan.pods if pp.pod.name == "q").target is not None
 
 
+NEIGHBOUR_PATHS = [
+    ("spec", "targetRef"),
+    ("spec", "targetRef", "name"),
+    ("spec", "updatePolicy", "updateMode"),
+    ("spec", "resourcePolicy", "containerPolicies"),
+    ("spec", "limits"),
+    ("spec", "hard", "limits.cpu"),
+    ("status", "used", "limits.cpu"),
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["VerticalPodAutoscaler", "LimitRange", "ResourceQuota"]),
+    st.tuples(st.sampled_from(NEIGHBOUR_PATHS), JSON),
+)
+def test_garbage_in_a_vpa_limit_range_or_quota_is_refused_or_planned_never_raised(kind, edit):
+    """A tenant writes these objects: whatever they hold, the namespace's pods are planned."""
+    base = {
+        "VerticalPodAutoscaler": {"spec": {"targetRef": {"kind": "Deployment", "name": "web"}}},
+        "LimitRange": {"spec": {"limits": [{"type": "Container", "max": {"cpu": "1"}}]}},
+        "ResourceQuota": {"spec": {"hard": {"limits.cpu": "2"}}, "status": {"used": {"limits.cpu": "1"}}},
+    }[kind]
+    raw = {"kind": kind, "metadata": {"name": "x", "namespace": "ns"}, **base}
+    _put(raw, edit[0], edit[1])
+    build = {"VerticalPodAutoscaler": nb.vpa_from_dict, "LimitRange": nb.limit_range_from_dict}.get(
+        kind, nb.quota_from_dict
+    )
+    try:
+        record = build(raw)
+    except RecordError:
+        return
+    neighbours = nb.with_object(nb.EMPTY, kind, record, "ns", "x")
+    ns = namespace_from_dict({"metadata": {"name": "ns", "labels": {"kube-headroom.dev/mode": "managed"}}})
+    good = pod_from_dict(
+        pod(
+            "web-5d8f-x",
+            namespace="ns",
+            containers=[container(cpu="250m")],
+            owner_kind="ReplicaSet",
+            owner_name="web-5d8f",
+            labels={"pod-template-hash": "5d8f"},
+        )
+    )
+    settings_ = resolve(
+        [{"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], []
+    ).resolver
+    plan = plan_cluster(
+        [node_from_dict(node("n1"))], [good], {"ns": ns}, settings_, pod_level_resize=True, neighbours=neighbours
+    )
+    (only,) = plan.all_pods()
+    assert only.reason in ("Managed", "VPAControlsLimits", "LimitRangeConflict")
+
+
 @settings(max_examples=300, deadline=None)
 @given(JSON)
 def test_garbage_objects_are_refused_with_record_error(value):
-    for build in (pod_from_dict, node_from_dict, namespace_from_dict):
+    for build in (
+        pod_from_dict,
+        node_from_dict,
+        namespace_from_dict,
+        nb.vpa_from_dict,
+        nb.limit_range_from_dict,
+        nb.quota_from_dict,
+    ):
         with contextlib.suppress(RecordError):  # refused with a message, or read: never anything else
             build(value if isinstance(value, dict) else {"metadata": value, "spec": value, "status": value})
 

@@ -167,3 +167,19 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
     for f in dataclasses.fields(base):
         other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
         assert base.same_inputs(other) is (f.name in ignored), f.name
+
+
+def test_a_node_being_resized_counts_the_capacity_it_is_asked_to_shrink_to():
+    base = {
+        "metadata": {"name": "n"},
+        "status": {"capacity": {"cpu": "16"}, "allocatable": {"cpu": "15"}},
+    }
+    assert node_from_dict(base).allocatable_cpu == 15000 and not node_from_dict(base).resizing
+    asked = {**base, "spec": {"configuredCapacity": {"cpu": "8"}}}
+    n = node_from_dict(asked)
+    assert n.resizing and n.allocatable_cpu == 7000  # 8 less the 1 core reserved
+    done = {**base, "spec": {"configuredCapacity": {"cpu": "16"}}}
+    assert not node_from_dict(done).resizing
+    cond = {"type": "CapacityConfigured", "status": "True", "reason": "InProgress"}
+    in_progress = {**base, "status": {**base["status"], "conditions": [cond]}}
+    assert node_from_dict(in_progress).resizing

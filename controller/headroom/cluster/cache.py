@@ -97,8 +97,12 @@ class ClusterCache:
         self.nodes[new.name] = new
         if old == new:
             return Stale()
-        if old is not None and new.allocatable_cpu < old.allocatable_cpu:
-            return Stale(urgent={new.name})
+        if old is not None and (
+            new.allocatable_cpu < old.allocatable_cpu
+            or new.capacity_cpu < old.capacity_cpu
+            or (new.resizing and not old.resizing)
+        ):
+            return Stale(urgent={new.name})  # shrinking: cut limits now
         return Stale(nodes={new.name})
 
     def upsert_node(self, node: Node) -> Stale:

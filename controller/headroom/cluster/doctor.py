@@ -11,19 +11,22 @@ from typing import Any
 from cryptography import x509
 
 from ..core import keys
-from ..core.eligibility import namespace_managed
-from ..core.quantity import QuantityError, cpu_milli
+from ..core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed
+from ..core.planner import plan_cluster
+from ..core.quantity import format_milli
 from .api import Api, ApiError
 from .certs import WEBHOOK_NAME
 from .discovery import discover
 from .live import read_cluster
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 
 # What the controller needs: (verb, group, resource, subresource)
 NEEDED = [
-    *[("list", "", r, "") for r in ("pods", "nodes", "namespaces", "limitranges")],
-    *[("watch", "", r, "") for r in ("pods", "nodes", "namespaces")],
+    *[("list", "", r, "") for r in ("pods", "nodes", "namespaces", "limitranges", "resourcequotas")],
+    *[("watch", "", r, "") for r in ("pods", "nodes", "namespaces", "limitranges", "resourcequotas")],
+    ("list", "autoscaling.k8s.io", "verticalpodautoscalers", ""),
+    ("watch", "autoscaling.k8s.io", "verticalpodautoscalers", ""),
     ("list", keys.GROUP, "headroomconfigs", ""),
     ("list", keys.GROUP, "nodepoolprofiles", ""),
     ("patch", "", "pods", "resize"),
@@ -41,7 +44,7 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        mark = {OK: "ok  ", WARN: "WARN", FAIL: "FAIL"}[self.level]
+        mark = {OK: "ok  ", INFO: "info", WARN: "WARN", FAIL: "FAIL"}[self.level]
         return f"{mark}  {self.check}: {self.message}"
 
 
@@ -280,53 +283,62 @@ def checks(
         f"{len(managed)} managed" if managed else "none managed: label one kube-headroom.dev/mode=managed",
     )
 
-    quotas = _items(api, "/api/v1/resourcequotas")
-    if quotas is None:
-        yield _unreadable("resourcequota", "resourcequotas")
-    for q in quotas or ():
-        ns = q["metadata"]["namespace"]
-        hard = (q.get("spec") or {}).get("hard") or {}
-        if ns in managed and "limits.cpu" in hard:
+    # What the controller does about its neighbours, decided by the same code: information.
+    n = snap.neighbours
+    for ns in sorted(managed):
+        for q in n.limits_quotas(ns):
             yield Finding(
-                FAIL,
+                INFO,
                 "resourcequota",
-                f"{ns}/{q['metadata']['name']} limits limits.cpu to {hard['limits.cpu']}: "
-                "raised limits spend it and are refused (403); quota requests.cpu instead",
+                f"{q.key} limits limits.cpu to {format_milli(q.hard or 0)}: raises stay inside what it has left "
+                f"(`explain` shows 'decided by: ResourceQuota {q.key}'); quota requests.cpu instead to let limits "
+                "follow the node",
             )
-    for lr in _items(api, "/api/v1/limitranges") or ():
-        ns = lr["metadata"]["namespace"]
-        for item in (lr.get("spec") or {}).get("limits") or ():
-            cap = (item.get("max") or {}).get("cpu")
-            if ns in managed and cap is not None and item.get("type") == "Container":
-                try:
-                    milli = cpu_milli(cap)
-                except QuantityError:
-                    continue
-                yield Finding(
-                    WARN,
-                    "limitrange",
-                    f"{ns}/{lr['metadata']['name']} caps container CPU limits at "
-                    f"{milli}m: targets above it are refused; raise max.cpu or exclude the namespace",
+        for lr in n.limit_ranges.get(ns, ()):
+            caps = [
+                f"{item.type} {what} {value}"
+                for item in lr.items
+                for what, value in (
+                    ("max", None if item.cpu.max is None else format_milli(item.cpu.max)),
+                    (
+                        "maxLimitRequestRatio",
+                        None if item.cpu.ratio_milli is None else format_milli(item.cpu.ratio_milli),
+                    ),
                 )
-    vpas = _items(api, "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers")
-    if vpas is None:
-        yield _unreadable("vpa", "verticalpodautoscalers")
-    for vpa in vpas or ():
-        ns = vpa["metadata"]["namespace"]
-        policies = ((vpa.get("spec") or {}).get("resourcePolicy") or {}).get("containerPolicies") or [{}]
-        if ns in managed and any(
-            p.get("controlledValues", "RequestsAndLimits") == "RequestsAndLimits" for p in policies
-        ):
-            yield Finding(
-                WARN,
-                "vpa",
-                f"{ns}/{vpa['metadata']['name']} scales limits too (RequestsAndLimits): it and "
-                "Headroom would fight; set controlledValues: RequestsOnly",
-            )
+                if value is not None
+            ]
+            if caps:
+                yield Finding(
+                    INFO,
+                    "limitrange",
+                    f"{lr.key} caps CPU limits ({', '.join(caps)}): targets are clamped to it "
+                    f"('decided by: LimitRange {lr.key}')",
+                )
+    plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True, neighbours=n)
+    left: dict[str, list[str]] = {}
+    for pp in plan.all_pods():
+        if pp.reason in (VPA_CONTROLS_LIMITS, LIMIT_RANGE_CONFLICT):
+            left.setdefault(pp.reason, []).append(pp.pod.key)
+    if left.get(VPA_CONTROLS_LIMITS):
+        pods = left[VPA_CONTROLS_LIMITS]
+        yield Finding(
+            INFO,
+            "vpa",
+            f"{len(pods)} pod(s) whose VerticalPodAutoscaler sets CPU limits are left to it ({', '.join(pods[:3])}); "
+            "with controlledValues: RequestsOnly Headroom would manage their limits",
+        )
+    if left.get(LIMIT_RANGE_CONFLICT):
+        pods = left[LIMIT_RANGE_CONFLICT]
+        yield Finding(
+            WARN,
+            "limitrange",
+            f"{len(pods)} pod(s) break their namespace's LimitRange already, so no limit can be written to them "
+            f"({', '.join(pods[:3])}); `headroom explain` says which rule",
+        )
     if webhook:
         yield from webhook_checks(api, webhook, sorted(managed), settings.dry_run)
     windows = [n.name for n in snap.nodes if n.windows]
     if windows:
         yield Finding(
-            WARN, "nodes", f"{len(windows)} Windows node(s) ({', '.join(windows[:3])}): pods there stay unmanaged"
+            INFO, "nodes", f"{len(windows)} Windows node(s) ({', '.join(windows[:3])}): pods there stay unmanaged"
         )

@@ -365,15 +365,19 @@ def _check(kind: str, res: str, b: Bounds, req: int | None, lim: int | None, sho
             return f"maximum {res} usage per {kind} is {show(b.max)}, but request is {show(req)}"
     if b.ratio_milli is not None:
         if not req:
-            return f"{res} max limit to request ratio per {kind} is {b.ratio_milli / 1000:g}, but no request is specified or request is 0"
+            return f"{res} max limit to request ratio per {kind} is {format_milli(b.ratio_milli)}, but no request is specified or request is 0"
         if not lim:
-            return f"{res} max limit to request ratio per {kind} is {b.ratio_milli / 1000:g}, but no limit is specified or limit is 0"
+            return f"{res} max limit to request ratio per {kind} is {format_milli(b.ratio_milli)}, but no limit is specified or limit is 0"
         if lim * 1000 > b.ratio_milli * req:
-            return f"{res} max limit to request ratio per {kind} is {b.ratio_milli / 1000:g}, but provided ratio is {lim / req:f}"
+            return f"{res} max limit to request ratio per {kind} is {format_milli(b.ratio_milli)}, but provided ratio is {lim / req:f}"
     return None
 
 
 def _bytes(v: int) -> str:
+    """Bytes as the API server prints a binary quantity ("512Mi")."""
+    for suffix, size in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if v and v % size == 0:
+            return f"{v // size}{suffix}"
     return str(v)
 
 

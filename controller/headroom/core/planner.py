@@ -111,6 +111,8 @@ def plan_node(
                 reason = elig.INVALID_ANNOTATION
         reasons.append((p, reason, warning))
     summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
+    if node.resizing:  # a node being resized only cuts (or first sets) limits until it is done
+        targets = [_no_raise(t) for t in targets]
     by_key = {t.managed.pod.key: t for t in targets}
     plans = []
     for p, r, w in reasons:
@@ -122,6 +124,16 @@ def plan_node(
                 r, w, t = elig.LIMIT_RANGE_CONFLICT, f"no CPU limit can be written: {why}", None
         plans.append(PodPlan(p, r, t, w))
     return NodePlan(node, settings, summary, tuple(plans))
+
+
+def _no_raise(t: PodTarget) -> PodTarget:
+    not_seed, raises = write_order(t)
+    if t.apply and not_seed and raises:  # not a first limit, and it raises one
+        return replace(t, apply=False, bound=NODE_RESIZING)
+    return t
+
+
+NODE_RESIZING = "nodeResizing"
 
 
 def limit_range_refusal_of(t: PodTarget, neighbours: Neighbours) -> str | None:

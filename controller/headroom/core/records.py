@@ -131,6 +131,11 @@ class Node:
     windows: bool
     ready: bool
     declared_features: tuple[str, ...] = ()
+    # The node's CPU is being resized (KEP-3953): the CapacityConfigured condition says
+    # InProgress, or spec.configuredCapacity asks for less than status.capacity holds.
+    # Limits are only cut (or first set) until it is done.
+    resizing: bool = False
+    capacity_cpu: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -427,17 +432,35 @@ def _node_from_dict(obj: Mapping[str, Any]) -> Node:
     status = obj.get("status") or {}
     labels = meta.get("labels") or {}
     alloc = (status.get("allocatable") or {}).get("cpu")
-    if alloc is None:
-        alloc = (status.get("capacity") or {}).get("cpu", 0)
+    cap = (status.get("capacity") or {}).get("cpu")
+    capacity = _cpu(obj, cap, "status.capacity.cpu") if cap is not None else 0
+    allocatable = _cpu(obj, alloc, "status.allocatable.cpu") if alloc is not None else capacity
+    resizing = False
+    configured = ((obj.get("spec") or _EMPTY).get("configuredCapacity") or _EMPTY).get("cpu")
+    if configured is not None and capacity:
+        # What the kubelet is asked to shrink to counts now, less what it reserves
+        # (as the scheduler takes min(configured, capacity)).
+        wanted = _cpu(obj, configured, "spec.configuredCapacity.cpu")
+        if wanted < capacity:
+            allocatable = min(allocatable, max(0, wanted - (capacity - allocatable)))
+            resizing = True
     os_name = labels.get("kubernetes.io/os") or (status.get("nodeInfo") or {}).get("operatingSystem")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    ready = False
+    for c in status.get("conditions") or ():
+        kind = c.get("type")
+        if kind == "Ready" and c.get("status") == "True":
+            ready = True
+        elif kind == "CapacityConfigured" and c.get("reason") == "InProgress":
+            resizing = True
     return Node(
         name=str(name),
         labels=labels,
-        allocatable_cpu=_cpu(obj, alloc, "status.allocatable.cpu"),
+        allocatable_cpu=allocatable,
         windows=os_name == "windows",
         ready=ready,
         declared_features=tuple(status.get("declaredFeatures") or ()),
+        resizing=resizing,
+        capacity_cpu=capacity,
     )
 
 

@@ -78,7 +78,7 @@ def recorded(pod: Pod) -> dict[str, int | None] | None:
     annotation is on the pod, so anyone who can edit the pod can edit it: whatever it
     holds, this returns."""
     raw = pod.original_limits
-    if raw is None or len(raw) > 16_384:
+    if not isinstance(raw, str) or len(raw) > 16_384:
         return None
     try:
         data = orjson.loads(raw)
@@ -105,7 +105,7 @@ def shown_managed(pod: Pod) -> bool:
     if pod.status_annotation is None:
         return False
     try:
-        shown = orjson.loads(pod.status_annotation)
+        shown = orjson.loads(str(pod.status_annotation))
     except orjson.JSONDecodeError:
         return True  # ours, but unreadable: rewrite it
     return not isinstance(shown, dict) or shown.get("managed") is not False
@@ -113,7 +113,7 @@ def shown_managed(pod: Pod) -> bool:
 
 def shown_reason(pod: Pod) -> str | None:
     try:
-        shown = orjson.loads(pod.status_annotation or "null")
+        shown = orjson.loads(str(pod.status_annotation or "null"))
     except orjson.JSONDecodeError:
         return None
     return shown.get("reason") if isinstance(shown, dict) else None
