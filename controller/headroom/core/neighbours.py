@@ -72,22 +72,30 @@ class Vpa:
         return False
 
 
+ANY = "*"  # the target of a VPA that cannot be read: every pod of its namespace
+
+
 def _vpa_from_dict(obj: Mapping[str, Any]) -> Vpa:
     ns, name = _meta(obj)
-    spec = obj.get("spec") or {}
-    ref = spec.get("targetRef") or {}
-    update = (spec.get("updatePolicy") or {}).get("updateMode")
-    policies = []
-    for p in (spec.get("resourcePolicy") or {}).get("containerPolicies") or ():
-        resources = p.get("controlledResources")
-        cpu = resources is None or "cpu" in resources
-        values = p.get("controlledValues") or "RequestsAndLimits"
-        policies.append(
-            ContainerPolicy(
-                str(p.get("containerName") or "*"), p.get("mode") == "Off", cpu and values != "RequestsOnly"
+    try:
+        spec = obj.get("spec") or {}
+        ref = spec.get("targetRef") or {}
+        update = (spec.get("updatePolicy") or {}).get("updateMode")
+        policies = []
+        for p in (spec.get("resourcePolicy") or {}).get("containerPolicies") or ():
+            resources = p.get("controlledResources")
+            cpu = resources is None or "cpu" in resources
+            values = p.get("controlledValues") or "RequestsAndLimits"
+            policies.append(
+                ContainerPolicy(
+                    str(p.get("containerName") or "*"), p.get("mode") == "Off", cpu and values != "RequestsOnly"
+                )
             )
-        )
-    return Vpa(ns, name, str(ref.get("kind") or ""), str(ref.get("name") or ""), update == "Off", tuple(policies))
+        return Vpa(ns, name, str(ref.get("kind") or ""), str(ref.get("name") or ""), update == "Off", tuple(policies))
+    except (TypeError, AttributeError, ValueError, KeyError):
+        # Fail closed: a VPA that cannot be read may be one that owns the limits of any
+        # pod in its namespace, so it is taken to own them all.
+        return Vpa(ns, name, ANY, ANY, False, ())
 
 
 vpa_from_dict: Callable[[Mapping[str, Any]], Vpa] = _guarded(_vpa_from_dict)
@@ -229,7 +237,7 @@ class Neighbours:
             return None
         chain = set(owner_chain(pod))
         for v in vpas:
-            if (v.target_kind, v.target_name) in chain and v.controls_limits(pod.containers):
+            if v.target_kind == ANY or ((v.target_kind, v.target_name) in chain and v.controls_limits(pod.containers)):
                 return v
         return None
 

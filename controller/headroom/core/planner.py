@@ -12,7 +12,7 @@ from operator import attrgetter
 from . import eligibility as elig
 from . import keys
 from .capabilities import node_allows_pod_level_resize
-from .neighbours import EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal
+from .neighbours import ANY, EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal
 from .params import Resolver, Settings
 from .policy import Managed, NodeSummary, PodTarget, compute_node, fit_room, limit_delta, write_order
 from .quantity import QuantityError, cpu_milli
@@ -97,7 +97,12 @@ def plan_node(
         )
         warning = None
         if vpa is not None:
-            warning = f"VerticalPodAutoscaler {vpa.namespace}/{vpa.name} sets this pod's CPU limits; Headroom leaves them to it"
+            warning = (
+                f"VerticalPodAutoscaler {vpa.namespace}/{vpa.name} cannot be read, so it may own any pod of its "
+                "namespace: Headroom leaves their limits alone until it is fixed"
+                if vpa.target_kind == ANY
+                else f"VerticalPodAutoscaler {vpa.namespace}/{vpa.name} sets this pod's CPU limits; Headroom leaves them to it"
+            )
         if reason == elig.MANAGED:
             cap, warning = user_cap(p)
             if warning is None:
