@@ -348,3 +348,51 @@ def test_plan_wide_shows_each_container_and_which_are_written():
     by = {(row[1], row[2]): row[3:] for row in rows[1:]}
     assert by[("web-7f9c-a", "istio-proxy")] == ["100m", "200m", "-", "-"]  # excluded by name: keeps its limit
     assert by[("build-a", "build")] == ["500m", "-", "1500m", "yes"]
+
+
+def test_plan_and_explain_read_vpas_limit_ranges_and_quotas_from_a_snapshot(tmp_path):
+    """Offline, the snapshot's neighbours decide as they do live: a VPA that sets limits,
+    a LimitRange cap, a quota with no room left."""
+    from ruamel.yaml import YAML
+
+    docs = list(YAML(typ="safe").load_all(SNAPSHOT.read_text()))
+    managed = {
+        (p["namespace"], p["name"])
+        for p in json.loads(headroom("plan", "--snapshot", str(SNAPSHOT), "-o", "json").stdout)["pods"]
+        if p["reason"] == "Managed"
+    }
+    pods = [o for d in docs for o in (d.get("items", [d]) if isinstance(d, dict) else []) if o.get("kind") == "Pod"]
+    a, b = [p for p in pods if (p["metadata"]["namespace"], p["metadata"]["name"]) in managed][:2]
+    ns_a, ns_b = a["metadata"]["namespace"], b["metadata"]["namespace"]
+    a["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f", "uid": "u", "controller": True}
+    ]
+    a["metadata"].setdefault("labels", {})["pod-template-hash"] = "5d8f"
+    docs += [
+        {
+            "apiVersion": "autoscaling.k8s.io/v1",
+            "kind": "VerticalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": ns_a},
+            "spec": {"targetRef": {"kind": "Deployment", "name": "web"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "caps", "namespace": ns_b},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "700m"}}]},
+        },
+    ]
+    snap = tmp_path / "snap.yaml"
+    with snap.open("w") as f:
+        YAML(typ="safe").dump_all(docs, f)
+    r = headroom("plan", "--snapshot", str(snap), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    by_key = {f"{p['namespace']}/{p['name']}": p for p in json.loads(r.stdout)["pods"]}
+    assert by_key[f"{ns_a}/{a['metadata']['name']}"]["reason"] == "VPAControlsLimits"
+    key_b = f"{ns_b}/{b['metadata']['name']}"
+    r = headroom("explain", key_b, "--snapshot", str(snap))
+    assert r.returncode == 0, r.stderr
+    assert by_key[key_b]["reason"] == "Managed"
+    assert f"decided by: LimitRange {ns_b}/caps" in r.stdout, r.stdout
+    r = headroom("explain", f"{ns_a}/{a['metadata']['name']}", "--snapshot", str(snap))
+    assert f"VerticalPodAutoscaler {ns_a}/web sets this pod's CPU limits" in r.stdout, r.stdout

@@ -22,8 +22,8 @@ POD_LEVEL = "(pod)"  # never a container name (those are DNS labels)
 BOUND_RELEASED = "released"
 
 # Reasons that mean the pod left management. Not among them: reasons that say nothing
-# about the pod (no node, ending, a mirror pod), an unusable configuration (nothing is
-# written then) and a backoff (it ends by itself).
+# about the pod (no node, ending, a mirror pod), an unusable configuration or a paused
+# pool (nothing is written there) and a backoff (it ends by itself).
 LEFT = frozenset(
     {
         elig.NAMESPACE_NOT_MANAGED,
@@ -40,7 +40,6 @@ LEFT = frozenset(
         elig.POD_LEVEL_UNSUPPORTED,
         elig.VPA_CONTROLS_LIMITS,
         elig.LIMIT_RANGE_CONFLICT,
-        elig.POOL_PAUSED,
         elig.INVALID_ANNOTATION,
     }
 )

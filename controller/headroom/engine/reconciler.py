@@ -292,10 +292,12 @@ class Reconciler:
         """A pod Headroom no longer manages: the resize that restores its recorded limit
         (spec.release: Restore), else queue the status annotation that says it is released."""
         pod, settings = pp.pod, plan.settings
+        if settings.paused:
+            return None  # nothing is written on a paused pool, not even this annotation
         note = ""
         if settings.release == release.RESTORE and pp.reason in release.RESTORABLE:
-            if settings.dry_run or settings.paused:
-                note = "not restored: the pool is in dry-run or paused"
+            if settings.dry_run:
+                note = "not restored: the pool is in dry-run"
             else:
                 t, note = release.restore_target(pod)
                 if t is not None:
