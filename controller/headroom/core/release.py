@@ -61,6 +61,14 @@ RESTORABLE = frozenset(
 )
 
 
+def worth_recording(pod: Pod) -> bool:
+    """Whether the pod has a CPU limit a later Restore could give back: a pod without any
+    needs no record (Kubernetes cannot remove a limit in place), and so costs no write."""
+    if pod.pod_level is not None and pod.pod_level.cpu_limit is not None:
+        return True
+    return any(c.cpu_limit is not None for c in pod.containers if c.kind != INIT)
+
+
 def record(pod: Pod) -> str:
     """The annotation value recording the pod's CPU limits now (before a first write)."""
     out: dict[str, str | None] = {}
@@ -123,7 +131,11 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
     empty reason: nothing to do, the pod already has them)."""
     rec = recorded(pod)
     if rec is None:
-        return None, "no record of the limit it had before Headroom (kube-headroom.dev/original-cpu-limits)"
+        return None, (
+            "no record of a limit it had before Headroom (kube-headroom.dev/original-cpu-limits): it had none, "
+            "which Kubernetes cannot restore (it cannot remove a limit in place), or its limit was first written "
+            "before records were kept"
+        )
     if pod.pod_level is not None and POD_LEVEL in rec:
         before = rec[POD_LEVEL]
         if before is None:

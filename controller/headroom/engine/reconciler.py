@@ -332,7 +332,7 @@ class Reconciler:
                 target = pp.target
                 quotas: tuple[Quota, ...] = ()
                 try:
-                    if pp.reason == elig.MANAGED and pod.original_limits is None:
+                    if pp.reason == elig.MANAGED and pod.original_limits is None and release.worth_recording(pod):
                         # Before a pod's first limit, the record of the limits it had (so
                         # spec.release: Restore can give them back). No resize without it.
                         recorded, version = self.writer.record_original(pod, release.record(pod))
