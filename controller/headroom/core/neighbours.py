@@ -407,37 +407,16 @@ def limit_range_refusal(
                     if why:
                         return f"LimitRange {lr.key}: {why}"
             else:
-                pl = pod.pod_level
                 lim = _pod_sum(pod, "cpu_limit", limits)
                 if pod_limit is not None:
                     lim = pod_limit
                 why = _check("Pod", "cpu", item.cpu, _pod_sum(pod, "cpu_request"), lim, format_milli)
                 if why is None:
-                    mreq = pl.mem_request if pl is not None and pl.mem_request is not None else _mem(pod, "mem_request")
-                    mlim = pl.mem_limit if pl is not None and pl.mem_limit is not None else _mem(pod, "mem_limit")
+                    mreq, mlim = _pod_sum(pod, "mem_request"), _pod_sum(pod, "mem_limit")
                     why = _check("Pod", "memory", item.memory, mreq, mlim, _bytes)
                 if why:
                     return f"LimitRange {lr.key}: {why}"
     return None
-
-
-def _mem(pod: Pod, attr: str) -> int | None:
-    total: int | None = None
-    peak: int | None = None
-    sidecars = 0
-    for c in sorted(pod.containers, key=lambda c: c.kind == APP):
-        v = getattr(c, attr)
-        if c.kind == INIT:
-            if v is not None or sidecars:
-                peak = max(peak or 0, (v or 0) + sidecars)
-            continue
-        if v is not None:
-            total = (total or 0) + v
-            if c.kind == SIDECAR:
-                sidecars += v
-    if peak is not None:
-        total = max(total or 0, peak)
-    return total
 
 
 # --- ResourceQuota budget -------------------------------------------------------------------

@@ -21,32 +21,9 @@ RESTORE = "Restore"  # spec.release; the other value, Keep, writes nothing
 POD_LEVEL = "(pod)"  # never a container name (those are DNS labels)
 BOUND_RELEASED = "released"
 
-# Reasons that mean the pod left management. Not among them: reasons that say nothing
-# about the pod (no node, ending, a mirror pod), an unusable configuration or a paused
-# pool (nothing is written there) and a backoff (it ends by itself).
-LEFT = frozenset(
-    {
-        elig.NAMESPACE_NOT_MANAGED,
-        elig.NAMESPACE_EXCLUDED,
-        elig.POD_OPTED_OUT,
-        elig.POD_SELECTOR_EXCLUDED,
-        elig.OWNER_KIND_EXCLUDED,
-        elig.STATIC_CPU_MANAGER,
-        elig.NODE_EXCLUDED,
-        elig.WINDOWS_NODE,
-        elig.NOT_BURSTABLE,
-        elig.ZERO_CPU_REQUEST,
-        elig.RESTART_ON_RESIZE,
-        elig.POD_LEVEL_UNSUPPORTED,
-        elig.VPA_CONTROLS_LIMITS,
-        elig.LIMIT_RANGE_CONFLICT,
-        elig.INVALID_ANNOTATION,
-    }
-)
-# Of those, the ones after which the old limit may be written back: a person took the pod
-# out of Headroom's hands. Not after a VPA took the limits over (it owns them now), a
-# resize that restarts the container, a paused pool (nothing is written there), or a pod
-# whose resize cannot succeed anyway.
+# After these reasons the old limit may be written back: a person took the pod out of
+# Headroom's hands. Not after a VPA took the limits over (it owns them now), a resize that
+# restarts the container, or a pod whose resize cannot succeed anyway.
 RESTORABLE = frozenset(
     {
         elig.NAMESPACE_NOT_MANAGED,
@@ -59,6 +36,18 @@ RESTORABLE = frozenset(
         elig.ZERO_CPU_REQUEST,
     }
 )
+# Every reason that means the pod left management. Not among them: reasons that say nothing
+# about the pod (no node, ending, a mirror pod), an unusable configuration or a paused pool
+# (nothing is written there) and a backoff (it ends by itself).
+LEFT = RESTORABLE | {
+    elig.WINDOWS_NODE,
+    elig.NOT_BURSTABLE,
+    elig.RESTART_ON_RESIZE,
+    elig.POD_LEVEL_UNSUPPORTED,
+    elig.VPA_CONTROLS_LIMITS,
+    elig.LIMIT_RANGE_CONFLICT,
+    elig.INVALID_ANNOTATION,
+}
 
 
 def worth_recording(pod: Pod) -> bool:
