@@ -62,6 +62,7 @@ def test_defaults_are_filled_in_by_the_schema(api: Api, crds_installed):
             "rateLimits": {"perNodePatchesPerSecond": 10, "clientQPS": 50},
             "backoffPeriod": "5m",
             "exclusions": {"namespaces": ["kube-system"]},
+            "release": "Keep",
             "webhook": {"initialMultiplier": 2},
         }
         # {} is kept as written (the static CPU manager check off); unset means the default label

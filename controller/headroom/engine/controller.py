@@ -139,6 +139,7 @@ class Controller:
         self._blocked_logged: str | None = None
         self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
         self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
+        self._custom_listed: set[str] = set()  # HeadroomConfig / NodePoolProfile lists seen
 
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
@@ -371,6 +372,7 @@ class Controller:
             objs = list(items)  # fetched before any lock is taken
             with self._config_lock:
                 self.cache.replace_custom(kind, objs)
+                self._custom_listed.add(kind)
                 self._reconfigure()
 
         return on_list
@@ -387,6 +389,11 @@ class Controller:
         return on_event
 
     def _reconfigure(self) -> None:
+        if len(self._custom_listed) < 2:
+            # Half the configuration is not a configuration: deciding (and logging "nothing
+            # will be written") before both kinds are listed would be about a state that
+            # never existed.
+            return
         labels = self.cache.node_labels()
         before = {n: self.config.settings_for(lab) for n, lab in labels.items()}
         self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))

@@ -343,7 +343,12 @@ class Reconciler:
                     quotas = cont.neighbours.limits_quotas(pod.namespace)
                     if quotas:
                         room = self.quota.room(pod.namespace, quotas)
-                        fitted = target if room is None else fit_room(target, room.value, room.source, plan.settings)
+                        if room is None or limit_delta(target) <= room.value:
+                            fitted: PodTarget | None = target
+                        elif pp.reason == elig.MANAGED:
+                            fitted = fit_room(target, room.value, room.source, plan.settings)
+                        else:
+                            fitted = None  # a restore is the recorded limit or nothing
                         if fitted is None or self.quota.take(pod, quotas, limit_delta(fitted)) is not None:
                             # No raise worth making fits the quota now: a quota with more
                             # room requeues the namespace's nodes.
