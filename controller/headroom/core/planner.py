@@ -84,8 +84,9 @@ def plan_node(
     pods = sorted(pods, key=_BY_KEY)
     reasons: list[tuple[Pod, str, str | None]] = []
     managed: list[Managed] = []
+    any_vpa, any_range = bool(neighbours.vpas), bool(neighbours.limit_ranges)  # most clusters: neither
     for p in pods:
-        vpa = neighbours.vpa_controlling(p)
+        vpa = neighbours.vpa_controlling(p) if any_vpa else None
         reason = elig.eligibility(
             p,
             namespaces.get(p.namespace),
@@ -108,7 +109,7 @@ def plan_node(
             if warning is None:
                 computed = elig.computed_containers(p, settings)
                 m = Managed(p, computed, cap)
-                ranges = neighbours.limit_ranges.get(p.namespace)
+                ranges = neighbours.limit_ranges.get(p.namespace) if any_range else None
                 if ranges:
                     m.cap = limit_range_cap(p, computed, m.request, ranges, p.memory_pinned)
                 managed.append(m)
@@ -122,7 +123,7 @@ def plan_node(
     plans = []
     for p, r, w in reasons:
         t = by_key.get(p.key)
-        if t is not None and t.apply:
+        if any_range and t is not None and t.apply:
             why = limit_range_refusal_of(t, neighbours)
             if why is not None:
                 # The LimitRanger admission would refuse any write: leave the pod alone.

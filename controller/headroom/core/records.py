@@ -365,7 +365,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             owner_kind = _intern(str(ref.get("kind")))
-            owner_name = str(ref.get("name"))
+            owner_name = _intern(str(ref.get("name")))  # shared by a ReplicaSet's pods
             break
 
     infeasible = pending = deferred = False
