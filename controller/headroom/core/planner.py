@@ -153,15 +153,26 @@ def limit_range_refusal_of(t: PodTarget, neighbours: Neighbours) -> str | None:
     return limit_range_refusal(pod, ranges, {c.name: c.target for c in t.containers})
 
 
-def fit_quota(t: PodTarget, neighbours: Neighbours, budget: QuotaBudget, settings: Settings) -> PodTarget | None:
+def fit_quota(
+    t: PodTarget,
+    neighbours: Neighbours,
+    budget: QuotaBudget,
+    settings: Settings,
+    cut: bool = True,
+    pod: Pod | None = None,
+) -> PodTarget | None:
     """The write of `t` the namespace's `limits.cpu` quotas admit, its growth reserved in
-    `budget` (None: no write worth making fits; `t` itself when there is no such quota)."""
-    pod = t.managed.pod
+    `budget` for `pod` as it will be sent (None: no write worth making fits; `t` itself when
+    there is no such quota). `cut` False: `t` or nothing (a restore is the recorded limit,
+    not a share)."""
+    pod = pod or t.managed.pod
     quotas = neighbours.limits_quotas(pod.namespace)
     if not quotas:
         return t
     room = budget.room(pod.namespace, quotas)
-    fitted = t if room is None else fit_room(t, room.value, room.source, settings)
+    fitted: PodTarget | None = t
+    if room is not None and limit_delta(t) > room.value:
+        fitted = fit_room(t, room.value, room.source, settings) if cut else None
     if fitted is None or budget.take(pod, quotas, limit_delta(fitted)) is not None:
         return None
     return fitted

@@ -23,10 +23,10 @@ from ..cluster.writer import (
 )
 from ..core import eligibility as elig
 from ..core import keys, release
-from ..core.neighbours import Neighbours, Quota, QuotaBudget
+from ..core.neighbours import Neighbours, QuotaBudget
 from ..core.params import Settings
-from ..core.planner import NodePlan, PodPlan, limit_range_refusal_of, plan_node
-from ..core.policy import PodTarget, fit_room, limit_delta, outside_deadband, write_order
+from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
+from ..core.policy import PodTarget, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
 from ..core.records import Namespace, Node, Pod
 from .backoff import PodBackoff
@@ -330,31 +330,17 @@ class Reconciler:
                     pod = pp.pod  # our record is written; the watch has not brought it yet
                 assert pp.target is not None
                 target = pp.target
-                quotas: tuple[Quota, ...] = ()
                 try:
-                    if pp.reason == elig.MANAGED and pod.original_limits is None and release.worth_recording(pod):
-                        # Before a pod's first limit, the record of the limits it had (so
-                        # spec.release: Restore can give them back). No resize without it.
-                        recorded, version = self.writer.record_original(pod, release.record(pod))
-                        if recorded.result != APPLIED:
-                            raise _Failed(recorded)
-                        pod = replace(pod, resource_version=version, original_limits=release.record(pod))
-                        pp.pod = pod
-                    quotas = cont.neighbours.limits_quotas(pod.namespace)
-                    if quotas:
-                        room = self.quota.room(pod.namespace, quotas)
-                        if room is None or limit_delta(target) <= room.value:
-                            fitted: PodTarget | None = target
-                        elif pp.reason == elig.MANAGED:
-                            fitted = fit_room(target, room.value, room.source, plan.settings)
-                        else:
-                            fitted = None  # a restore is the recorded limit or nothing
-                        if fitted is None or self.quota.take(pod, quotas, limit_delta(fitted)) is not None:
-                            # No raise worth making fits the quota now: a quota with more
-                            # room requeues the namespace's nodes.
-                            cont.steps.pop(0)
-                            continue
-                        target = fitted
+                    pod = self._record_first(pod, pp)
+                    fitted = fit_quota(
+                        target, cont.neighbours, self.quota, plan.settings, pp.reason == elig.MANAGED, pod
+                    )
+                    if fitted is None:
+                        # No raise worth making fits the quota now: a quota with more room
+                        # requeues the namespace's nodes.
+                        cont.steps.pop(0)
+                        continue
+                    target = fitted
                     try:
                         outcome = self.writer.resize(pod, target)
                     except BaseException:
@@ -397,6 +383,19 @@ class Reconciler:
         finally:
             if changes:
                 self.writer.node_wave(node_name, "CPULimitAdjusted", "adjusted", changes, _tail(plan))
+
+    def _record_first(self, pod: Pod, pp: PodPlan) -> Pod:
+        """Before a managed pod's first resize, the record of the limits it had (so
+        spec.release: Restore can give them back); the pod as written. No resize without it:
+        a refusal raises _Failed."""
+        if pp.reason != elig.MANAGED or pod.original_limits is not None or not release.worth_recording(pod):
+            return pod
+        value = release.record(pod)
+        outcome, version = self.writer.record_original(pod, value)
+        if outcome.result != APPLIED:
+            raise _Failed(outcome)
+        pp.pod = replace(pod, resource_version=version, original_limits=value)
+        return pp.pod
 
     def _annotate_released(
         self, plan: NodePlan, pod: Pod, reason: str, note: str, written: PodTarget | None = None
