@@ -287,10 +287,16 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
             "kube-headroom.dev/original-cpu-limits"
         ]
         assert orjson.loads(original) == {"app": "700m"}
+        # A pod without a limit needs no record, nor does it get one later from a limit Headroom wrote.
+        create_pod(api, ns, node, "neighbour", containers=[container(cpu="500m")])
+        wait_limits(api, ns, "had-none", ["2660m"], timeout=15)  # S = 6.5: 500m + 6.5/3, quantized
+        annotations = api.get(pod_path(ns, "had-none"))["metadata"].get("annotations") or {}
+        assert "kube-headroom.dev/original-cpu-limits" not in annotations
 
         _exclude(api, ns, "had-limit")
         _exclude(api, ns, "had-none")
         wait_limits(api, ns, "had-limit", ["700m"], timeout=15)  # Restore: the limit it had
+        _exclude(api, ns, "neighbour")
         deadline = time.monotonic() + 10
         while True:
             shown = {n: orjson.loads(wait_annotation(api, ns, n)) for n in ("had-limit", "had-none")}
@@ -300,7 +306,7 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
             time.sleep(0.2)
         assert shown["had-limit"]["reason"] == "PodOptedOut" and shown["had-limit"]["limit"] == "700m"
         # It had no limit: Kubernetes cannot remove one in place, so it keeps Headroom's, and says so.
-        assert cpu_limits(api, ns, "had-none") == ["4"]
+        assert cpu_limits(api, ns, "had-none") == ["2660m"]
         assert "cannot remove" in shown["had-none"]["note"]
         # `plan` shows the real limit of a released pod.
         plan = {pp.pod.key: pp for pp in live_plan(api).all_pods()}
@@ -308,7 +314,7 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
         from headroom.output import plan_table
 
         row = next(line for line in plan_table(live_plan(api)).splitlines() if " had-none " in line)
-        assert row.split()[5] == "4", row
+        assert row.split()[5] == "2660m", row
         assert not [r for r in c.logs() if r.get("level") == "error"]
 
 

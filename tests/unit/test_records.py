@@ -155,7 +155,7 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
     import dataclasses
 
     base = pod_from_dict(pod(containers=[container("a", "1", "2")]))
-    ignored = {"resource_version", "status_annotation", "original_limits"}
+    ignored = {"resource_version", "status_annotation", "original_limits", "resized_by_headroom"}
     changes = {
         "labels": {"x": "y"},
         "containers": (),

@@ -63,6 +63,11 @@ class _Owner(_S):
     controller: Any = UNSET
 
 
+class _ManagedField(_S):
+    manager: Any = UNSET
+    subresource: Any = UNSET
+
+
 class _Meta(_S):
     name: Any = UNSET
     namespace: Any = UNSET
@@ -73,6 +78,7 @@ class _Meta(_S):
     annotations: Any = UNSET
     ownerReferences: list[_Owner] | UnsetType | None = UNSET
     deletionTimestamp: Any = UNSET
+    managedFields: list[_ManagedField] | UnsetType | None = UNSET
 
 
 class _Spec(_S):

@@ -83,11 +83,14 @@ class Pod:
     # kube-headroom.dev/original-cpu-limits: the limits the pod had before Headroom first
     # wrote one (raw JSON, as recorded; see core/release.py)
     original_limits: str | None = None
+    # Headroom's field manager has resized this pod before (metadata.managedFields): its
+    # limits are no longer the ones it had, so they are not recorded as the original.
+    resized_by_headroom: bool = False
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything eligibility and policy read: all but the resourceVersion and
-        our own annotations (status, original limits). (A unit test holds this list to the
-        fields.)"""
+        what only the write path reads (our annotations, whether Headroom resized it before).
+        (A unit test holds this list to the fields.)"""
         return (
             self.booked_cpu == other.booked_cpu
             and self.containers == other.containers
@@ -387,6 +390,11 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
                 refused_generation = _generation(
                     cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
                 )
+    resized = False
+    for entry in meta.get("managedFields") or ():
+        if entry.get("manager") == keys.FIELD_MANAGER and entry.get("subresource") == "resize":
+            resized = True
+            break
     node_name = spec.get("nodeName")
     pinned = True
     for c in containers:
@@ -420,6 +428,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         resize_refused_generation=refused_generation,
         owner_name=owner_name,
         original_limits=annotations.get(keys.ORIGINAL_KEY),
+        resized_by_headroom=resized,
     )
 
 

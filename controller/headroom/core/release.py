@@ -51,8 +51,12 @@ LEFT = RESTORABLE | {
 
 
 def worth_recording(pod: Pod) -> bool:
-    """Whether the pod has a CPU limit a later Restore could give back: a pod without any
-    needs no record (Kubernetes cannot remove a limit in place), and so costs no write."""
+    """Whether the pod has a CPU limit of its own a later Restore could give back. Not when
+    Headroom has resized it before (the limit is Headroom's, not the original), and not when
+    it has none: Kubernetes cannot remove a limit in place, so a pod without one needs no
+    record and costs no write."""
+    if pod.original_limits is not None or pod.resized_by_headroom:
+        return False
     if pod.pod_level is not None and pod.pod_level.cpu_limit is not None:
         return True
     return any(c.cpu_limit is not None for c in pod.containers if c.kind != INIT)

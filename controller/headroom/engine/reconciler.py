@@ -388,7 +388,7 @@ class Reconciler:
         """Before a managed pod's first resize, the record of the limits it had (so
         spec.release: Restore can give them back); the pod as written. No resize without it:
         a refusal raises _Failed."""
-        if pp.reason != elig.MANAGED or pod.original_limits is not None or not release.worth_recording(pod):
+        if pp.reason != elig.MANAGED or not release.worth_recording(pod):
             return pod
         value = release.record(pod)
         outcome, version = self.writer.record_original(pod, value)
