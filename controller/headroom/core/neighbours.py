@@ -7,7 +7,9 @@ rules the controller and `plan` share:
 
 - `vpa_controlling(pod)`: the VPA that owns the pod's CPU limits, if any;
 - `limit_range_cap(...)` / `limit_range_refusal(...)`: the LimitRanger admission's own
-  rules (k8s.io/kubernetes plugin/pkg/admission/limitranger), for cpu and memory;
+  rules (k8s.io/kubernetes plugin/pkg/admission/limitranger), for cpu and memory — ported,
+  as no Python library implements them; the real server's LimitRanger is their test
+  reference (tests/integration/test_coexistence.py compares verdicts and messages);
 - `QuotaBudget`: what a namespace's `limits.cpu` quotas still admit.
 """
 
@@ -194,7 +196,6 @@ class Quota:
     name: str
     hard: int | None  # limits.cpu in millicores; None: the quota does not limit it
     used: int | None  # None: the quota controller has not counted yet
-    version: str = ""
 
     @property
     def key(self) -> str:
@@ -211,8 +212,7 @@ def _quota_from_dict(obj: Mapping[str, Any]) -> Quota:
         used = None if used_raw is None else cpu_milli(used_raw)
     except QuantityError as exc:
         raise RecordError(f"ResourceQuota/{ns}/{name}: limits.cpu: {exc}") from None
-    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return Quota(ns, name, hard, used, version)
+    return Quota(ns, name, hard, used)
 
 
 quota_from_dict: Callable[[Mapping[str, Any]], Quota] = _guarded(_quota_from_dict)
