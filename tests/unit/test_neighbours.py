@@ -119,7 +119,7 @@ def test_a_quota_budget_reserves_raises_until_the_watch_shows_them():
         }
     )
     pods = {f"team/{n}": pod_from_dict(pod(n, containers=[container(cpu="200m", limit="400m")])) for n in "abc"}
-    budget = nb.QuotaBudget(lambda ns: list(pods.values()), pods.get)
+    budget = nb.QuotaBudget(lambda ns: sum(nb.pod_limits_cpu(p) for p in pods.values()), pods.get)
     assert budget.room("team", (q,)).value == 1800
     a = pods["team/a"]
     assert budget.take(a, (q,), 1600) is None
@@ -190,3 +190,43 @@ def test_a_tampered_record_is_never_trusted_and_never_raises(value):
     )
     t, _ = release.restore_target(p)
     assert t is None or all(c.target >= c.request for c in t.containers)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "drop", "quota", "unquota"]),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["p1", "p2", "p3"]),
+            st.sampled_from([None, "200m", "1", "3"]),
+            st.booleans(),
+        ),
+        max_size=30,
+    )
+)
+def test_the_cache_keeps_namespace_limit_sums_equal_to_a_scan(events):
+    """The quota budget reads the namespace's limits on every raise: kept incrementally for
+    namespaces with a limits.cpu quota, always equal to summing the pods."""
+    from headroom.cluster.cache import ClusterCache
+
+    cache = ClusterCache()
+    for op, ns, name, limit, done in events:
+        if op == "put":
+            raw = pod(
+                name,
+                namespace=ns,
+                containers=[container(cpu="100m", limit=limit)],
+                phase="Succeeded" if done else "Running",
+            )
+            cache.upsert_pod(pod_from_dict(raw))
+        elif op == "drop":
+            cache.delete_pod(f"{ns}/{name}")
+        elif op == "quota":
+            q = nb.quota_from_dict({"metadata": {"name": "q", "namespace": ns}, "spec": {"hard": {"limits.cpu": "10"}}})
+            cache.put_neighbour(nb.QUOTA_KIND, q)
+        else:
+            cache.delete_neighbour(nb.QUOTA_KIND, ns, "q")
+        for n in ("a", "b"):
+            scan = sum(nb.pod_limits_cpu(p) for p in cache.pods.values() if p.namespace == n)
+            assert cache.namespace_limits(n) == scan

@@ -51,11 +51,16 @@ class ClusterCache:
         self.namespaces: dict[str, Namespace] = {}
         self.custom: dict[str, dict[str, dict[str, Any]]] = {}  # kind -> name -> raw object
         self.neighbours = nb.EMPTY  # VPAs, LimitRanges, ResourceQuotas; copy-on-write
+        # The pods' limits.cpu summed per namespace, kept up to date only for namespaces with
+        # a limits.cpu quota (the quota budget reads it on every raise there).
+        self._ns_limits: dict[str, int] = {}
 
     # --- pods -------------------------------------------------------------------------
     def _put_pod(self, new: Pod) -> set[str]:
         old = self.pods.get(new.key)
         self.pods[new.key] = new
+        if self._ns_limits and new.namespace in self._ns_limits:
+            self._ns_limits[new.namespace] += nb.pod_limits_cpu(new) - (nb.pod_limits_cpu(old) if old else 0)
         if old is not None and old.node_name and old.node_name != new.node_name:
             self.by_node.get(old.node_name, {}).pop(new.key, None)
         if new.node_name:
@@ -66,6 +71,8 @@ class ClusterCache:
 
     def _drop_pod(self, key: str) -> set[str]:
         old = self.pods.pop(key, None)
+        if old is not None and old.namespace in self._ns_limits:
+            self._ns_limits[old.namespace] -= nb.pod_limits_cpu(old)
         if old is None or not old.node_name:
             return set()
         self.by_node.get(old.node_name, {}).pop(key, None)
@@ -156,10 +163,28 @@ class ClusterCache:
             return Stale(nodes=stale)
 
     # --- VPAs, LimitRanges, ResourceQuotas ----------------------------------------------
+    def _track_quotas(self) -> None:
+        """Keep the per-namespace limit sums for exactly the namespaces with a limits.cpu quota."""
+        wanted = {ns for ns in self.neighbours.quotas if self.neighbours.limits_quotas(ns)}
+        for ns in [n for n in self._ns_limits if n not in wanted]:
+            del self._ns_limits[ns]
+        for ns in wanted - self._ns_limits.keys():
+            self._ns_limits[ns] = sum(nb.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == ns)
+
+    def namespace_limits(self, namespace: str) -> int:
+        """The namespace's pods' limits.cpu, as a ResourceQuota counts it."""
+        with self._lock:
+            known = self._ns_limits.get(namespace)
+            if known is not None:
+                return known
+            return sum(nb.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == namespace)
+
     def _neighbour_stale(self, kind: str, old: nb.Neighbours, namespaces: Iterable[str]) -> Stale:
         """Nodes of the pods in the namespaces whose objects of `kind` changed. A quota
         counts only when it leaves more room (raises that waited for it can go now): every
         admitted write changes its `used`, and that alone must not recompute nodes."""
+        if kind == nb.QUOTA_KIND:
+            self._track_quotas()
         stale: set[str] = set()
         for ns in namespaces:
             if kind == nb.QUOTA_KIND and not _more_room(old, self.neighbours, ns):
@@ -224,10 +249,6 @@ class ClusterCache:
     def namespace(self, name: str) -> Namespace | None:
         with self._lock:
             return self.namespaces.get(name)
-
-    def namespace_pods(self, namespace: str) -> list[Pod]:
-        with self._lock:
-            return [p for p in self.pods.values() if p.namespace == namespace]
 
     def pod(self, key: str) -> Pod | None:
 

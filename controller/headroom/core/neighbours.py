@@ -438,8 +438,9 @@ class QuotaBudget:
     ahead of the pods, so the larger of the two counts. Shared by every node's reconcile
     (one lock); `plan` uses a fresh one, where nothing it decides is ever seen."""
 
-    def __init__(self, pods: Callable[[str], Iterable[Pod]], pod: Callable[[str], Pod | None]) -> None:
-        self._pods, self._pod = pods, pod
+    def __init__(self, limits: Callable[[str], int], pod: Callable[[str], Pod | None]) -> None:
+        """`limits(namespace)`: the sum of `pod_limits_cpu` over its pods as watched."""
+        self._limits, self._pod = limits, pod
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, str, int]] = {}  # pod key -> (namespace, version, delta)
 
@@ -459,7 +460,7 @@ class QuotaBudget:
         limited = [q for q in quotas if q.hard is not None]
         if not limited:
             return None
-        counted = sum(pod_limits_cpu(p) for p in self._pods(namespace)) + self._unseen(namespace)
+        counted = self._limits(namespace) + self._unseen(namespace)
         best: Cap | None = None
         for q in limited:
             assert q.hard is not None

@@ -12,7 +12,7 @@ from operator import attrgetter
 from . import eligibility as elig
 from . import keys
 from .capabilities import node_allows_pod_level_resize
-from .neighbours import ANY, EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal
+from .neighbours import ANY, EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal, pod_limits_cpu
 from .params import Resolver, Settings
 from .policy import Managed, NodeSummary, PodTarget, compute_node, fit_room, limit_delta, write_order
 from .quantity import QuantityError, cpu_milli
@@ -217,12 +217,12 @@ def plan_cluster(
             by_node.setdefault(p.node_name, []).append(p)
         else:
             out.unbound.append(PodPlan(p, elig.NOT_BOUND))
-    by_namespace: dict[str, list[Pod]] = {}
+    limits: dict[str, int] = {}
     for p in pods_seen:
-        by_namespace.setdefault(p.namespace, []).append(p)
+        limits[p.namespace] = limits.get(p.namespace, 0) + pod_limits_cpu(p)
     # Shared out node by node, in name order; what the plan decides is never "seen".
     by_key = {p.key: p for p in pods_seen}
-    budget = QuotaBudget(lambda ns: by_namespace.get(ns, ()), by_key.get)
+    budget = QuotaBudget(lambda ns: limits.get(ns, 0), by_key.get)
     for name in sorted(node_map):
         node = node_map[name]
         plan = plan_node(

@@ -165,7 +165,7 @@ class Reconciler:
         self._continuations: dict[str, _Continuation] = {}
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
         # What the namespaces' limits.cpu quotas still admit.
-        self.quota = QuotaBudget(cache.namespace_pods, cache.pod)
+        self.quota = QuotaBudget(cache.namespace_limits, cache.pod)
 
     def forget(self, pod_key: str) -> None:
         """A deleted pod: drop what was remembered about it."""
