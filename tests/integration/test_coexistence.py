@@ -20,6 +20,10 @@ from headroom.core.planner import ClusterPlan, plan_cluster
 from headroom.output import explain
 from headroom.sim.kubelet import SimulatedKubelet
 
+# The admission plugins' answers to a resize (LimitRanger, ResourceQuota) are the server's:
+# these run on every pinned release.
+pytestmark = pytest.mark.version_sensitive
+
 VPA = "/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers"
 RESIZE = r"/pods/[^/]+/resize$"
 
