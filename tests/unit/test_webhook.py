@@ -182,3 +182,34 @@ def test_namespaces_managed_through_the_config_selector_are_mutated_too():
         resolver({"namespaceSelector": {"matchLabels": {"tier": "apps"}}}),
     )
     assert ops and ops[0]["value"] == {"cpu": "1"}
+
+
+def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses():
+    from headroom.core import neighbours as nb
+
+    web = new_pod(owner_kind="ReplicaSet", owner_name="web-5d8f", labels={"pod-template-hash": "5d8f"})
+    vpa = nb.vpa_from_dict(
+        {"metadata": {"name": "web", "namespace": "team"}, "spec": {"targetRef": {"kind": "Deployment", "name": "web"}}}
+    )
+    with_vpa = nb.with_object(nb.EMPTY, nb.VPA_KIND, vpa, "team", "web")
+    assert mutation.patch_for(web, MANAGED, resolver(), with_vpa) == []  # not even the record: not managed
+    assert patch_for(web, MANAGED, resolver())  # without the VPA it is given a limit
+
+    # 500m x initialMultiplier 2 = 1 CPU; a LimitRange with max 800m would refuse the pod
+    lr = nb.limit_range_from_dict(
+        {
+            "metadata": {"name": "lr", "namespace": "team"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "800m"}}]},
+        }
+    )
+    capped = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, lr, "team", "lr")
+    ops = mutation.patch_for(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), capped)
+    assert [o["path"] for o in ops] == ["/metadata/annotations"]  # admitted as written, with its record
+    roomy = nb.limit_range_from_dict(
+        {
+            "metadata": {"name": "lr", "namespace": "team"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}}]},
+        }
+    )
+    ok = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, roomy, "team", "lr")
+    assert patch_for(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), ok)[0]["value"] == "1"
