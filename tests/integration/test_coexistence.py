@@ -234,6 +234,10 @@ def test_a_limits_cpu_quota_is_a_budget_raises_stay_inside_it_with_no_denial(clu
         assert _limits_total(api, ns) == 3000
         assert admission_rejections(api, "ResourceQuota") == refused_before
         assert not [r for r in c.logs() if r.get("result") == "quota-denied"]
+        held = events(api, ns, "CPULimitRaiseHeld")
+        # once per pod whose raise waits: c, and b for the rest of its raise
+        assert sorted(e["regarding"]["name"] for e in held) == ["b", "c"], [e["note"] for e in held]
+        assert f"ResourceQuota {ns}/q has no room" in held[0]["note"]
         text = str(explain(live_plan(api), f"{ns}/c"))
         assert f"ResourceQuota {ns}/q has no room left" in text, text
 

@@ -337,7 +337,8 @@ class Reconciler:
                     )
                     if fitted is None:
                         # No raise worth making fits the quota now: a quota with more room
-                        # requeues the namespace's nodes.
+                        # requeues the namespace's nodes. Said once per pod, not per pass.
+                        self._held(pod, target, cont.neighbours)
                         cont.steps.pop(0)
                         continue
                     target = fitted
@@ -383,6 +384,18 @@ class Reconciler:
         finally:
             if changes:
                 self.writer.node_wave(node_name, "CPULimitAdjusted", "adjusted", changes, _tail(plan))
+
+    def _held(self, pod: Pod, target: PodTarget, neighbours: Neighbours) -> None:
+        quotas = neighbours.limits_quotas(pod.namespace)
+        room = self.quota.room(pod.namespace, quotas)
+        source = room.source if room is not None else "the quota"
+        why = f"{source} has no room for this pod's raise to {format_milli(target.target)}; it waits for room"
+        if self._warned.get(pod.key) != why:
+            self._warned[pod.key] = why
+            log.info(
+                "raise held by quota", extra={"pod": pod.key, "quota": source, "target": format_milli(target.target)}
+            )
+            self.writer.event(pod, "Normal", "CPULimitRaiseHeld", why, action="Compute")
 
     def _record_first(self, pod: Pod, pp: PodPlan) -> Pod:
         """Before a managed pod's first resize, the record of the limits it had (so
