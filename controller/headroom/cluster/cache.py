@@ -208,8 +208,7 @@ class ClusterCache:
         with self._lock:
             old = self.neighbours
             self.neighbours = nb.with_all(old, kind, objs)
-            attr = {nb.VPA_KIND: "vpas", nb.LIMIT_RANGE_KIND: "limit_ranges", nb.QUOTA_KIND: "quotas"}[kind]
-            before, after = getattr(old, attr), getattr(self.neighbours, attr)
+            before, after = getattr(old, nb.TABLES[kind]), getattr(self.neighbours, nb.TABLES[kind])
             changed = {ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns)}
             return self._neighbour_stale(kind, old, changed)
 

@@ -30,6 +30,8 @@ QUOTA_KIND = "ResourceQuota"
 VPA_PATH = "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers"
 LIMIT_RANGE_PATH = "/api/v1/limitranges"
 QUOTA_PATH = "/api/v1/resourcequotas"
+# Each kind's table in `Neighbours`.
+TABLES = {VPA_KIND: "vpas", LIMIT_RANGE_KIND: "limit_ranges", QUOTA_KIND: "quotas"}
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -250,7 +252,7 @@ EMPTY = Neighbours()
 
 def with_object(n: Neighbours, kind: str, obj: Vpa | LimitRange | Quota | None, ns: str, name: str) -> Neighbours:
     """A copy of `n` with one object put (obj) or removed (None)."""
-    attr = {VPA_KIND: "vpas", LIMIT_RANGE_KIND: "limit_ranges", QUOTA_KIND: "quotas"}[kind]
+    attr = TABLES[kind]
     table: Mapping[str, tuple[Any, ...]] = getattr(n, attr)
     kept = tuple(o for o in table.get(ns, ()) if o.name != name)
     if obj is not None:
@@ -262,7 +264,7 @@ def with_object(n: Neighbours, kind: str, obj: Vpa | LimitRange | Quota | None, 
 
 
 def with_all(n: Neighbours, kind: str, objs: Iterable[Vpa | LimitRange | Quota]) -> Neighbours:
-    attr = {VPA_KIND: "vpas", LIMIT_RANGE_KIND: "limit_ranges", QUOTA_KIND: "quotas"}[kind]
+    attr = TABLES[kind]
     table: dict[str, list[Any]] = {}
     for o in objs:
         table.setdefault(o.namespace, []).append(o)

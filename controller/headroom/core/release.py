@@ -100,23 +100,19 @@ def recorded(pod: Pod) -> dict[str, int | None] | None:
     return out
 
 
-def shown_managed(pod: Pod) -> bool:
-    """Whether the pod's status annotation still shows it managed by Headroom."""
+def shown(pod: Pod) -> tuple[bool, str | None]:
+    """What the pod's status annotation shows: whether it is managed by Headroom, and the
+    reason it gives when it is not. No annotation: not managed; an unreadable one is ours,
+    so it shows managed (and is rewritten)."""
     if pod.status_annotation is None:
-        return False
+        return False, None
     try:
-        shown = orjson.loads(str(pod.status_annotation))
+        data = orjson.loads(str(pod.status_annotation))
     except orjson.JSONDecodeError:
-        return True  # ours, but unreadable: rewrite it
-    return not isinstance(shown, dict) or shown.get("managed") is not False
-
-
-def shown_reason(pod: Pod) -> str | None:
-    try:
-        shown = orjson.loads(str(pod.status_annotation or "null"))
-    except orjson.JSONDecodeError:
-        return None
-    return shown.get("reason") if isinstance(shown, dict) else None
+        return True, None
+    if not isinstance(data, dict):
+        return True, None
+    return data.get("managed") is not False, data.get("reason")
 
 
 def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:

@@ -269,7 +269,7 @@ class Reconciler:
             t = pp.target
             if t is None:
                 if pp.reason in release.LEFT:
-                    restore = self._release(plan, pp)
+                    restore = self._release(plan, pp, neighbours)
                     if restore is not None:
                         steps.append(restore)
                 continue
@@ -288,7 +288,7 @@ class Reconciler:
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Continuation(plan, steps, neighbours) if steps else None
 
-    def _release(self, plan: NodePlan, pp: PodPlan) -> PodPlan | None:
+    def _release(self, plan: NodePlan, pp: PodPlan, neighbours: Neighbours) -> PodPlan | None:
         """A pod Headroom no longer manages: the resize that restores its recorded limit
         (spec.release: Restore), else queue the status annotation that says it is released."""
         pod, settings = pp.pod, plan.settings
@@ -301,13 +301,16 @@ class Reconciler:
             else:
                 t, note = release.restore_target(pod)
                 if t is not None:
-                    why = limit_range_refusal_of(t, self.cache.neighbours)
+                    why = limit_range_refusal_of(t, neighbours)
+                    if why is None and plan.node.resizing and write_order(t)[1]:
+                        why = "the node is being resized, and a raise waits until it is done"
                     if why is None:
                         return PodPlan(pod, pp.reason, t, pp.warning)
                     note = f"not restored: {why}"
                 elif note:
                     note = f"not restored: {note}"
-        if pod.status_annotation is not None and (release.shown_managed(pod) or release.shown_reason(pod) != pp.reason):
+        managed, reason = release.shown(pod)
+        if pod.status_annotation is not None and (managed or reason != pp.reason):
             self._annotate_released(plan, pod, pp.reason, note)
         return None
 
