@@ -5,24 +5,40 @@ from __future__ import annotations
 import base64
 import json
 
-from factories import container, namespace, pod
+import pytest
+
+from factories import container, namespace, node, pod
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from
 from headroom.api.resolve import resolve
 from headroom.core.params import Resolver
-from headroom.core.records import namespace_from_dict
+from headroom.core.records import namespace_from_dict, node_from_dict
 from headroom.webhook import mutation
 from headroom.webhook.server import review_response
 
 
-def patch_for(*args: object) -> list[dict[str, object]]:
+def nodes(*raw: dict) -> dict:
+    return {n.name: n for n in (node_from_dict(r) for r in raw)}
+
+
+# The node cache the webhook decides with: one plain node, one per pool label.
+NODES = nodes(node("n1"), node("b1", labels={"pool": "batch"}), node("o1", labels={"pool": "other"}))
+
+
+def full_patch(pod, ns, res, neighbours=None, node_set=None):
+    from headroom.core.neighbours import EMPTY
+
+    return mutation.patch_for(pod, ns, res, neighbours or EMPTY, NODES if node_set is None else node_set)
+
+
+def patch_for(*args, **kw) -> list[dict[str, object]]:
     """The limit operations (the record of the original limits is tested on its own)."""
-    return [o for o in mutation.patch_for(*args) if not str(o["path"]).startswith("/metadata/annotations")]  # type: ignore[arg-type]
+    return [o for o in full_patch(*args, **kw) if not str(o["path"]).startswith("/metadata/annotations")]
 
 
 def test_an_eligible_pod_is_born_with_the_record_of_its_own_limits():
     import orjson
 
-    ops = mutation.patch_for(
+    ops = full_patch(
         new_pod(containers=[container("a", cpu="500m"), container("b", cpu="1", limit="3")]), MANAGED, resolver()
     )
     record = [o for o in ops if str(o["path"]).startswith("/metadata/annotations")]
@@ -31,7 +47,7 @@ def test_an_eligible_pod_is_born_with_the_record_of_its_own_limits():
     assert isinstance(value, dict)
     assert orjson.loads(value["kube-headroom.dev/original-cpu-limits"]) == {"a": None, "b": "3"}
     # not for a pod it would not manage
-    assert mutation.patch_for(new_pod(labels={"kube-headroom.dev/mode": "unmanaged"}), MANAGED, resolver()) == []
+    assert full_patch(new_pod(labels={"kube-headroom.dev/mode": "unmanaged"}), MANAGED, resolver()) == []
 
 
 MANAGED = namespace_from_dict(namespace("team"))
@@ -144,11 +160,16 @@ def test_admission_review_round_trip_and_errors_never_block():
             "object": new_pod(containers=[container(cpu="500m")]),
         },
     }
-    out = review_response(review, lambda n: MANAGED if n == "team" else None, resolver)
+    out = review_response(review, lambda n: MANAGED if n == "team" else None, resolver, nodes=lambda: NODES)
     assert out["response"]["uid"] == "u1" and out["response"]["allowed"] is True
     assert json.loads(base64.b64decode(out["response"]["patch"]))[0]["value"] == "1"
     broken = {"request": {"uid": "u2", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": 7}}}
-    assert review_response(broken, lambda n: MANAGED, resolver)["response"] == {"uid": "u2", "allowed": True}
+    assert review_response(broken, lambda n: MANAGED, resolver, nodes=lambda: NODES)["response"] == {
+        "uid": "u2",
+        "allowed": True,
+    }
+    # an unsynced node cache: no mutation
+    assert "patch" not in review_response(review, lambda n: MANAGED, resolver)["response"]
 
 
 def test_no_mutation_where_the_controller_would_write_nothing():
@@ -192,7 +213,7 @@ def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses(
         {"metadata": {"name": "web", "namespace": "team"}, "spec": {"targetRef": {"kind": "Deployment", "name": "web"}}}
     )
     with_vpa = nb.with_object(nb.EMPTY, nb.VPA_KIND, vpa, "team", "web")
-    assert mutation.patch_for(web, MANAGED, resolver(), with_vpa) == []  # not even the record: not managed
+    assert full_patch(web, MANAGED, resolver(), with_vpa) == []  # not even the record: not managed
     assert patch_for(web, MANAGED, resolver())  # without the VPA it is given a limit
 
     # 500m x initialMultiplier 2 = 1 CPU; a LimitRange with max 800m would refuse the pod
@@ -203,7 +224,7 @@ def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses(
         }
     )
     capped = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, lr, "team", "lr")
-    ops = mutation.patch_for(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), capped)
+    ops = full_patch(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), capped)
     assert [o["path"] for o in ops] == ["/metadata/annotations"]  # admitted as written, with its record
     roomy = nb.limit_range_from_dict(
         {
@@ -213,3 +234,192 @@ def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses(
     )
     ok = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, roomy, "team", "lr")
     assert patch_for(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), ok)[0]["value"] == "1"
+
+
+# --- candidate nodes: the webhook mutates only where the controller would manage the pod on
+# every node the pod can land on -------------------------------------------------------------
+
+BATCH = {"nodeSelector": {"matchLabels": {"pool": "batch"}}}
+
+
+def on_node(name: str) -> dict:
+    raw = new_pod(containers=[container("a", cpu="500m", mem_limit=None)])
+    raw["spec"]["nodeName"] = name
+    return raw
+
+
+def daemonset_style(name: str) -> dict:
+    """How the DaemonSet controller pins a pod: required affinity, matchFields metadata.name."""
+    raw = new_pod(containers=[container("a", cpu="500m", mem_limit=None)])
+    raw["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}]
+            }
+        }
+    }
+    return raw
+
+
+def by_expression(value: str) -> dict:
+    raw = new_pod(containers=[container("a", cpu="500m", mem_limit=None)])
+    raw["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": [value]}]}]
+            }
+        }
+    }
+    return raw
+
+
+def unplaced() -> dict:
+    return new_pod(containers=[container("a", cpu="500m", mem_limit=None)])
+
+
+def frozen_batch():
+    """The batch profile frozen (an invalid newer version, kept at its last settings)."""
+    from dataclasses import replace
+
+    live = resolver(profiles=[("batch", BATCH)])
+    return Resolver.build(live.base, [replace(p, blocked="frozen for the test") for p in live.profiles])
+
+
+# (what makes the batch node b1 one the controller would not write to, resolver, node cache)
+UNMANAGED_ON_B1 = {
+    "dry-run pool": lambda: (resolver(profiles=[("batch", {**BATCH, "dryRun": True})]), NODES),
+    "paused pool": lambda: (resolver(profiles=[("batch", {**BATCH, "paused": True})]), NODES),
+    "pool excludes the namespace": lambda: (
+        resolver(profiles=[("batch", {**BATCH, "exclusions": {"namespaces": ["team"]}})]),
+        NODES,
+    ),
+    "global node exclusion": lambda: (
+        resolver({"exclusions": {"nodeSelector": {"matchLabels": {"pool": "batch"}}}}),
+        NODES,
+    ),
+    "frozen profile": lambda: (frozen_batch(), NODES),
+    "static CPU manager node": lambda: (
+        resolver(),
+        nodes(node("n1"), node("b1", labels={"pool": "batch", "kube-headroom.dev/cpu-manager-policy": "static"})),
+    ),
+    "windows node": lambda: (resolver(), nodes(node("n1"), node("b1", labels={"pool": "batch"}, os="windows"))),
+}
+PLACEMENTS = {
+    "spec.nodeName": lambda: on_node("b1"),
+    "DaemonSet matchFields": lambda: daemonset_style("b1"),
+    "matchExpressions": lambda: by_expression("batch"),
+    "no placement at all (every node a candidate)": unplaced,
+}
+
+
+@pytest.mark.parametrize("why", UNMANAGED_ON_B1)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_no_mutation_when_any_candidate_node_is_one_the_controller_would_not_write(why, placement):
+    res, node_set = UNMANAGED_ON_B1[why]()
+    assert full_patch(PLACEMENTS[placement](), MANAGED, res, node_set=node_set) == []
+    # the same pod pinned to the plain node is given its limit (and its record)
+    assert patch_for(on_node("n1"), MANAGED, res, node_set=node_set)[0]["value"] == {"cpu": "1"}
+    assert patch_for(daemonset_style("n1"), MANAGED, res, node_set=node_set)[0]["value"] == {"cpu": "1"}
+
+
+def test_a_windows_node_selector_without_spec_os_is_not_mutated():
+    node_set = nodes(node("n1"), node("w1", os="windows"))
+    raw = unplaced()
+    raw["spec"]["nodeSelector"] = {"kubernetes.io/os": "windows"}
+    assert full_patch(raw, MANAGED, resolver(), node_set=node_set) == []
+
+
+def test_no_candidates_unknown_nodes_or_unreadable_placement_mean_no_mutation():
+    assert full_patch(on_node("gone"), MANAGED, resolver()) == []  # a node the cache has not seen
+    assert full_patch(unplaced(), MANAGED, resolver(), node_set={}) == []  # no node at all
+    assert mutation.patch_for(unplaced(), MANAGED, resolver(), nodes=None) == []  # cache not synced
+    nowhere = unplaced()
+    nowhere["spec"]["nodeSelector"] = {"pool": "nowhere"}
+    assert full_patch(nowhere, MANAGED, resolver()) == []
+    for bad in (
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": "x"}}},
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Near", "values": ["a"]}]}]
+                }
+            }
+        },
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
+        {"nodeAffinity": []},
+        "affinity",
+    ):
+        raw = unplaced()
+        raw["spec"]["affinity"] = bad
+        assert full_patch(raw, MANAGED, resolver()) == [], bad
+    raw = unplaced()
+    raw["spec"]["nodeSelector"] = {"pool": 7}
+    assert full_patch(raw, MANAGED, resolver()) == []
+
+
+def test_ored_terms_and_integer_operators_select_candidates_the_scheduler_way():
+    res = resolver(profiles=[("batch", {**BATCH, "dryRun": True})])
+    node_set = nodes(
+        node("n1", labels={"gen": "3"}),
+        node("n2", labels={"gen": "5"}),
+        node("b1", labels={"pool": "batch", "gen": "9"}),
+    )
+
+    def terms(*exprs):
+        raw = unplaced()
+        raw["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [e]} for e in exprs]
+                }
+            }
+        }
+        return raw
+
+    assert patch_for(terms({"key": "gen", "operator": "Lt", "values": ["6"]}), MANAGED, res, node_set=node_set)
+    assert full_patch(terms({"key": "gen", "operator": "Gt", "values": ["4"]}), MANAGED, res, node_set=node_set) == []
+    # ORed: one term reaches the dry-run node
+    either = terms({"key": "gen", "operator": "In", "values": ["3"]}, {"key": "pool", "operator": "Exists"})
+    assert full_patch(either, MANAGED, res, node_set=node_set) == []
+    plain = terms({"key": "gen", "operator": "In", "values": ["3"]}, {"key": "pool", "operator": "DoesNotExist"})
+    assert patch_for(plain, MANAGED, res, node_set=node_set)
+
+
+def test_the_initial_limit_is_the_smallest_the_candidates_give_within_their_caps():
+    res = resolver(profiles=[("batch", {**BATCH, "webhook": {"initialMultiplier": 4}})])
+    # all candidates in the pool: the pool's multiplier, whatever the pod's placement says
+    assert patch_for(on_node("b1"), MANAGED, res)[0]["value"] == {"cpu": "2"}
+    assert patch_for(daemonset_style("b1"), MANAGED, res)[0]["value"] == {"cpu": "2"}
+    # candidates across the pool and the rest: the smaller multiplier
+    assert patch_for(unplaced(), MANAGED, res)[0]["value"] == {"cpu": "1"}
+    # the candidates' maxMultiplier caps it
+    capped = resolver({"maxMultiplier": 1.5})
+    assert patch_for(on_node("n1"), MANAGED, capped)[0]["value"] == {"cpu": "750m"}
+    # a candidate's allocatable CPU caps it
+    small = nodes(node("n1", cpu="800m"))
+    assert patch_for(on_node("n1"), MANAGED, resolver(), node_set=small)[0]["value"] == {"cpu": "800m"}
+
+
+def test_the_max_cpu_annotation_caps_the_initial_limit_and_an_unusable_one_means_no_mutation():
+    def annotated(value: str) -> dict:
+        raw = on_node("n1")
+        raw["metadata"]["annotations"] = {"kube-headroom.dev/max-cpu": value}
+        return raw
+
+    assert patch_for(annotated("600m"), MANAGED, resolver())[0]["value"] == {"cpu": "600m"}
+    assert patch_for(annotated("4"), MANAGED, resolver())[0]["value"] == {"cpu": "1"}
+    for unusable in ("lots", "0", "-1", "", "1e999"):
+        assert full_patch(annotated(unusable), MANAGED, resolver()) == [], unusable
+    # two containers share the cap by request, as the controller splits a pod's total
+    raw = new_pod(containers=[container("a", cpu="300m", mem_limit=None), container("b", cpu="100m", mem_limit=None)])
+    raw["spec"]["nodeName"] = "n1"
+    raw["metadata"]["annotations"] = {"kube-headroom.dev/max-cpu": "600m"}
+    assert [o["value"] for o in patch_for(raw, MANAGED, resolver())] == [{"cpu": "450m"}, {"cpu": "150m"}]

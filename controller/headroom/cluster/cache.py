@@ -241,6 +241,11 @@ class ClusterCache:
         with self._lock:
             return list(self.nodes)
 
+    def nodes_snapshot(self) -> dict[str, Node]:
+        """Every node as last seen (the webhook's candidate nodes come from it)."""
+        with self._lock:
+            return dict(self.nodes)
+
     def node_labels(self) -> dict[str, Mapping[str, str]]:
         with self._lock:
             return {name: n.labels for name, n in self.nodes.items()}

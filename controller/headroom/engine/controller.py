@@ -515,6 +515,7 @@ class Controller:
                             self.metrics.observe_webhook,
                             self.options.webhook_cert_reload,
                             lambda: self.cache.neighbours,
+                            self.cache.nodes_snapshot,
                         ).start()
                     )
                     log.info("webhook serving", extra={"port": self.options.webhook_port})

@@ -1,66 +1,230 @@
-"""What the webhook changes on a new pod: pure, the same arithmetic as the controller.
+"""What the webhook changes on a new pod: pure, the controller's own rules.
+
+The webhook writes before the controller can decide, and what it writes cannot be undone
+(Kubernetes refuses to remove a CPU limit in place), so it fails closed. It decides with
+the pod's *candidate nodes*: `spec.nodeName` when set; else every known node that
+satisfies the pod's `nodeSelector` and its required node affinity. It mutates only if the
+controller would manage the pod on every candidate (the same eligibility function, each
+node's own resolved settings), and nothing when the candidates are unknown, none, or the
+pod cannot be read. Taints are not read: the set can only be larger than the scheduler's,
+which can only mean fewer mutations.
 
 For each container with a CPU request and no CPU limit (app containers and sidecars, not
-excluded by name): `limit = request × initialMultiplier`, on the 10m quantum, never below
-the request; then the QoS guard. A pod with pod-level resources gets only a pod-level
-CPU limit. The multiplier comes from the profile whose nodeSelector the pod's own
-`spec.nodeSelector` satisfies, else from the HeadroomConfig — the node is not known yet.
+excluded by name): `limit = request × initialMultiplier`, the smallest multiplier the
+candidates give, capped by their `maxMultiplier`, their allocatable CPU and the pod's
+`kube-headroom.dev/max-cpu` (shared out by request, as the controller splits a pod's
+total), on the 10m quantum, never below the request; then the QoS guard. A pod with
+pod-level resources gets only a pod-level CPU limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from ..core import keys, release
 from ..core.eligibility import MANAGED, eligibility
 from ..core.neighbours import EMPTY, Neighbours, limit_range_refusal
 from ..core.params import Resolver, Settings
+from ..core.planner import user_cap
 from ..core.policy import QUANTUM
 from ..core.quantity import format_milli
 from ..core.records import GUARANTEED, INIT, Namespace, Node, Pod, RecordError, pod_from_dict, qos_class
 
-
-def _limit(request: int, multiplier_num: int, multiplier_den: int) -> int:
-    return max(request, request * multiplier_num // multiplier_den // QUANTUM * QUANTUM, QUANTUM)
-
-
 UNSCHEDULED = "(not yet scheduled)"
 
 
+class Unreadable(ValueError):
+    """A part of the pod's placement the webhook cannot read: it then mutates nothing."""
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise Unreadable(f"not an integer: {value!r}") from exc
+
+
+def _requirement(expr: Any, field: bool) -> tuple[str, str, tuple[str, ...]]:
+    """One NodeSelectorRequirement, checked the way the API server validates it."""
+    if not isinstance(expr, Mapping):
+        raise Unreadable("a node selector requirement is not an object")
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or ()
+    if not isinstance(key, str) or not key or not isinstance(values, list | tuple):
+        raise Unreadable("a node selector requirement has no usable key or values")
+    if not all(isinstance(v, str) for v in values):
+        raise Unreadable("node selector values must be strings")
+    if field:  # matchFields: only metadata.name, In or NotIn with one value
+        if key != "metadata.name" or op not in ("In", "NotIn") or len(values) != 1:
+            raise Unreadable(f"matchFields {key} {op} is not one the scheduler supports")
+    elif op in ("In", "NotIn"):
+        if not values:
+            raise Unreadable(f"{op} needs values")
+    elif op in ("Exists", "DoesNotExist"):
+        if values:
+            raise Unreadable(f"{op} takes no values")
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise Unreadable(f"{op} takes one value")
+        _int(values[0])
+    else:
+        raise Unreadable(f"unknown operator {op!r}")
+    return key, op, tuple(values)
+
+
+def _matches(req: tuple[str, str, tuple[str, ...]], labels: Mapping[str, str]) -> bool:
+    key, op, values = req
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    have = labels.get(key)
+    if have is None:
+        return False
+    try:
+        n = int(have)
+    except ValueError:
+        return False
+    return n > int(values[0]) if op == "Gt" else n < int(values[0])
+
+
+def _terms(spec: Mapping[str, Any]) -> list[tuple[list[Any], list[Any]]] | None:
+    """The required node affinity's terms as (expressions, fields); None when there are none."""
+    affinity = spec.get("affinity")
+    if affinity is None:
+        return None
+    if not isinstance(affinity, Mapping):
+        raise Unreadable("spec.affinity is not an object")
+    node_affinity = affinity.get("nodeAffinity")
+    if node_affinity is None:
+        return None
+    if not isinstance(node_affinity, Mapping):
+        raise Unreadable("spec.affinity.nodeAffinity is not an object")
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return None
+    if not isinstance(required, Mapping) or not isinstance(required.get("nodeSelectorTerms"), list):
+        raise Unreadable("requiredDuringSchedulingIgnoredDuringExecution has no nodeSelectorTerms list")
+    out = []
+    for term in required["nodeSelectorTerms"]:
+        if not isinstance(term, Mapping):
+            raise Unreadable("a nodeSelectorTerm is not an object")
+        exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+        if not isinstance(exprs, list) or not isinstance(fields, list):
+            raise Unreadable("matchExpressions and matchFields must be lists")
+        out.append(([_requirement(e, False) for e in exprs], [_requirement(f, True) for f in fields]))
+    return out
+
+
+def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node]) -> list[Node]:
+    """The known nodes the pod can be placed on, by name, nodeSelector and required node
+    affinity (terms ORed; a term with no requirement matches nothing, as in Kubernetes).
+    Raises Unreadable for a placement the scheduler could not read either."""
+    name = spec.get("nodeName")
+    if name:
+        if not isinstance(name, str):
+            raise Unreadable("spec.nodeName is not a string")
+        node = nodes.get(name)
+        return [] if node is None else [node]
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+    ):
+        raise Unreadable("spec.nodeSelector is not a map of strings")
+    terms = _terms(spec)
+    out = []
+    for node in nodes.values():
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        if terms is not None and not any(
+            (exprs or fields)
+            and all(_matches(r, labels) for r in exprs)
+            and all(_matches(r, {"metadata.name": node.name}) for r in fields)
+            for exprs, fields in terms
+        ):
+            continue
+        out.append(node)
+    return out
+
+
+def _settings_of(candidates: Iterable[Node], resolver: Resolver) -> dict[tuple[int, bool, bool], tuple[Node, Settings]]:
+    """One representative candidate per distinct (settings, what eligibility reads of a
+    node): eligibility is decided once per kind of node, not once per node."""
+    kinds: dict[tuple[int, bool, bool], tuple[Node, Settings]] = {}
+    for node in candidates:
+        settings = resolver.for_labels(node.labels)
+        static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
+        excluded = any(s.matches(node.labels) for s in settings.exclusions.node_selectors)
+        key = (id(settings), static or excluded, node.windows)
+        if key not in kinds:
+            kinds[key] = (node, settings)
+    return kinds
+
+
+def _multiplier(settings: Sequence[Settings]) -> Fraction:
+    """The smallest initial multiplier the candidates give, within their maxMultiplier."""
+    mult = min(s.initial_multiplier for s in settings)
+    caps = [s.max_multiplier for s in settings if s.max_multiplier]
+    return min([mult, *caps])
+
+
 def patch_for(
-    pod: Mapping[str, Any], namespace: Namespace | None, resolver: Resolver, neighbours: Neighbours = EMPTY
+    pod: Mapping[str, Any],
+    namespace: Namespace | None,
+    resolver: Resolver,
+    neighbours: Neighbours = EMPTY,
+    nodes: Mapping[str, Node] | None = None,
 ) -> list[dict[str, Any]]:
     """JSONPatch operations for a pod being created; [] when nothing applies.
 
-    The pod gets a limit only if the controller would manage it: the same eligibility
-    function decides, with the node the pod asks for standing in for the one it will get
-    (its `nodeSelector` for profiles and node exclusions, `spec.os.name` for Windows), and
-    the namespace's VerticalPodAutoscalers. Limits the namespace's LimitRanges would refuse
-    are not set (the pod is admitted as written; the controller sets a limit they admit).
-    Dry-run, paused and unusable configurations mutate nothing. With the limits goes the
-    record of the ones the pod was created with (kube-headroom.dev/original-cpu-limits)."""
+    `nodes` is the controller's node cache (None: not synced, so no mutation). The pod
+    gets a limit only if the controller would manage it on every candidate node: the same
+    eligibility function decides per node with that node's settings (dry-run, paused and
+    blocked configurations mutate nothing), and the namespace's VerticalPodAutoscalers.
+    Limits the namespace's LimitRanges would refuse are not set (the pod is admitted as
+    written; the controller sets a limit they admit). With the limits goes the record of
+    the ones the pod was created with (kube-headroom.dev/original-cpu-limits)."""
+    if nodes is None:
+        return []
     spec = pod.get("spec")
     meta = pod.get("metadata") or {}
     if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
         return []
-    selector = spec.get("nodeSelector") or {}
-    if not isinstance(selector, Mapping) or not all(isinstance(v, str) for v in selector.values()):
+    try:
+        candidates = candidate_nodes(spec, nodes)
+    except Unreadable:
         return []
-    settings = resolver.for_labels(selector)
-    if settings.dry_run:
+    if not candidates:
         return []
-    os_spec = spec.get("os")
-    windows = isinstance(os_spec, Mapping) and os_spec.get("name") == "windows"
-    node = Node(name=UNSCHEDULED, labels=selector, allocatable_cpu=0, windows=windows, ready=True)
     try:
         record = pod_from_dict({**pod, "metadata": {"name": "new", **meta}, "spec": {**spec, "nodeName": UNSCHEDULED}})
     except RecordError:
         return []  # the API server will report the bad quantity itself
     vpa = neighbours.vpa_controlling(record) is not None
-    if eligibility(record, namespace, node, settings, pod_level_resize=True, vpa=vpa) != MANAGED:
-        return []
-    ops, limits, pod_limit = _limit_ops(record, spec, settings)
+    kinds = _settings_of(candidates, resolver)
+    for node, settings in kinds.values():
+        if settings.dry_run or settings.blocked is not None:
+            return []
+        if eligibility(record, namespace, node, settings, pod_level_resize=True, vpa=vpa) != MANAGED:
+            return []
+    cap, problem = user_cap(record)
+    if problem is not None:
+        return []  # the controller leaves such a pod alone (InvalidAnnotation); so does the webhook
+    every = [s for _, s in kinds.values()]
+    allocatable = min(n.allocatable_cpu for n in candidates)
+    if allocatable > 0:
+        cap = allocatable if cap is None else min(cap, allocatable)
+    # A container a candidate's pool excludes by name gets no limit from any of them.
+    skip = frozenset().union(*(s.exclusions.containers for s in every))
+    settings = replace(every[0], exclusions=replace(every[0].exclusions, containers=skip))
+    ops, limits, pod_limit = _limit_ops(record, spec, settings, _multiplier(every), cap)
     ranges = neighbours.limit_ranges.get(record.namespace)
     if ops and ranges and limit_range_refusal(record, ranges, limits, pod_limit) is not None:
         ops = []
@@ -74,19 +238,26 @@ def patch_for(
     return [*ops, {"op": "add", "path": "/metadata/annotations", "value": {keys.ORIGINAL_KEY: value}}]
 
 
+def _limit(request: int, mult: Fraction, share: int | None) -> int:
+    """One limit: request × mult, or the request's share of a capped total when smaller."""
+    limit = request * mult.numerator // mult.denominator
+    if share is not None:
+        limit = min(limit, share)
+    return max(request, limit // QUANTUM * QUANTUM, QUANTUM)
+
+
 def _limit_ops(
-    record: Pod, spec: Mapping[str, Any], settings: Settings
+    record: Pod, spec: Mapping[str, Any], settings: Settings, mult: Fraction, cap: int | None
 ) -> tuple[list[dict[str, Any]], dict[str, int], int | None]:
-    """The limit operations, the container limits they set and the pod-level one."""
+    """The limit operations, the container limits they set and the pod-level one. `cap`
+    bounds the pod's total (the smallest allocatable, the max-cpu annotation)."""
     ex = settings.exclusions
-    mult = settings.initial_multiplier
-    num, den = mult.numerator, mult.denominator
 
     pl = record.pod_level
     if pl is not None:
         if not pl.cpu_request or pl.cpu_limit is not None:
             return [], {}, None
-        limit = max([_limit(pl.cpu_request, num, den)] + [c.cpu_limit or 0 for c in record.containers])
+        limit = max([_limit(pl.cpu_request, mult, cap)] + [c.cpu_limit or 0 for c in record.containers])
         if pl.mem_request is not None and pl.mem_request == pl.mem_limit:
             limit = max(limit, pl.cpu_request + QUANTUM)
         has_limits = bool((spec.get("resources") or {}).get("limits"))
@@ -97,10 +268,12 @@ def _limit_ops(
         )
         return [{"op": "add", "path": path, "value": value}], {}, limit
 
+    computed = [c for c in record.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in ex.containers]
+    total = sum(c.cpu_request for c in computed)
     new: dict[str, int] = {}
-    for c in record.containers:
-        if c.kind != INIT and c.cpu_request > 0 and c.cpu_limit is None and c.name not in ex.containers:
-            new[c.name] = _limit(c.cpu_request, num, den)
+    for c in computed:
+        if c.cpu_limit is None:
+            new[c.name] = _limit(c.cpu_request, mult, None if cap is None else c.cpu_request * cap // total)
     if not new:
         return [], {}, None
     after = [

@@ -18,7 +18,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from aiohttp import web
 
 from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
-from ..core.records import Namespace
+from ..core.records import Namespace, Node
 from .mutation import patch_for
 
 log = logging.getLogger("headroom.webhook")
@@ -38,7 +38,10 @@ def review_response(
     resolver: Callable[[], Resolver],
     blocked: Callable[[], str | None] = lambda: None,
     neighbours: Callable[[], Neighbours] = lambda: EMPTY,
+    nodes: Callable[[], Mapping[str, Node] | None] = lambda: None,
 ) -> dict[str, Any]:
+    """The AdmissionReview answer. `nodes` gives the controller's node cache (None while
+    it is not synced: no mutation)."""
     request = review.get("request") or {}
     if not isinstance(request, dict):
         request = {}
@@ -53,7 +56,7 @@ def review_response(
         ):
             pod = request.get("object") or {}
             ns_name = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
-            ops = patch_for(pod, namespace(ns_name), resolver(), neighbours())
+            ops = patch_for(pod, namespace(ns_name), resolver(), neighbours(), nodes())
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
@@ -95,8 +98,9 @@ class WebhookServer:
         observe: Callable[[str, float], None] = lambda result, seconds: None,
         reload_every: float = RELOAD_EVERY,
         neighbours: Callable[[], Neighbours] = lambda: EMPTY,
+        nodes: Callable[[], Mapping[str, Node] | None] = lambda: None,
     ) -> None:
-        self.neighbours = neighbours
+        self.neighbours, self.nodes = neighbours, nodes
         self.port, self.cert_dir, self.host, self.reload_every = port, cert_dir, host, reload_every
         self.namespace, self.resolver, self.blocked, self.observe = namespace, resolver, blocked, observe
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -148,7 +152,7 @@ class WebhookServer:
             if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
                 self.observe("malformed", time.perf_counter() - started)
                 return web.json_response({"error": "the body is not an AdmissionReview"}, status=400)
-            out = review_response(review, self.namespace, self.resolver, self.blocked, self.neighbours)
+            out = review_response(review, self.namespace, self.resolver, self.blocked, self.neighbours, self.nodes)
             self.observe("mutated" if "patch" in out["response"] else "unchanged", time.perf_counter() - started)
             return web.json_response(out)
 
