@@ -43,8 +43,9 @@ def test_the_controller_identity_cannot_update_pods_patch_nodes_or_read_secrets(
 
 
 def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
-    control_plane, api, namespace, headroom_config, start_controller, tmp_path
+    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path
 ):
+    make_node()  # the webhook decides with the nodes a pod can land on: there must be one
     headroom_config(webhook={"initialMultiplier": 3})
     certs = tmp_path / "webhook"
     certs.mkdir()

@@ -12,7 +12,9 @@ import ssl
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cluster_helpers import SecretMount, profile
@@ -49,8 +51,10 @@ def https(port: int, body: bytes, ca: bytes) -> int:
 
 
 def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
-    control_plane, api, namespace, headroom_config, start_controller, tmp_path: Path
+    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
 ):
+    make_node()  # a candidate node for the unplaced pods
+    make_node(labels={"pool": "p"})  # and one for the paused pool's pods
     headroom_config()
     certs = tmp_path / "webhook"
     certs.mkdir()
@@ -84,10 +88,14 @@ def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
         assert https(port, b"not json", ca) == 400
         assert https(port, b"[1, 2]", ca) == 400
         assert https(port, json.dumps({"request": "nope"}).encode(), ca) == 400
+        # JSON nested past the parser, a kind given as a string, an object given as a list
+        assert https(port, b'{"request": ' + b"[" * 1000 + b"]" * 1000 + b"}", ca) == 400
+        assert https(port, json.dumps({"request": {"kind": "Pod", "operation": "CREATE"}}).encode(), ca) == 400
+        assert https(port, json.dumps({"request": {"kind": {"kind": "Pod"}, "object": []}}).encode(), ca) == 400
         assert https(port, b"{" + b" " * (4 * 1024 * 1024) + b"}", ca) == 413
         metrics = c.http("/metrics", c.metrics_port)[1]
         assert 'headroom_webhook_requests_total{result="mutated"} 40.0' in metrics
-        assert 'headroom_webhook_requests_total{result="malformed"} 3.0' in metrics
+        assert 'headroom_webhook_requests_total{result="malformed"} 6.0' in metrics
         # A paused pool, then a dry-run cluster: the webhook writes nothing either.
         profile(api, f"paused-{port}", {"pool": "p"}, paused=True)
         try:
@@ -130,10 +138,11 @@ def _served_fingerprint(port: int) -> str:
 
 
 def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
-    control_plane, api, namespace, headroom_config, start_controller, tmp_path: Path
+    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
 ):
     """As the chart runs it: the leader keeps Secret default/headroom-webhook-tls and the
     caBundle of MutatingWebhookConfiguration `headroom` (the names the rendered RBAC allows)."""
+    make_node()  # a node the new pods can land on
     headroom_config()
     certs = tmp_path / "webhook"
     certs.mkdir()
@@ -198,3 +207,154 @@ def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
             api.delete(f"{WEBHOOK}/headroom")
         with contextlib.suppress(ApiError):
             api.delete(secret)
+
+
+def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_run_pool(
+    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+):
+    """A pod pinned by the DaemonSet controller's own affinity (matchFields metadata.name),
+    or by spec.nodeName, to a node of a dry-run pool gets no limit at admission: the
+    controller would never write there, and a limit once set cannot be removed."""
+    headroom_config(dryRun=False)
+    pool = f"dry-{tmp_path.name[-8:].lower().replace('_', '-')}"
+    plain, batch = make_node(), make_node(labels={"pool": pool})
+    certs = tmp_path / "webhook"
+    certs.mkdir()
+    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
+    port = free_port()
+    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
+    name = f"headroom-candidates-{port}"
+    register(api, name, port, control_plane.ca_file.read_bytes())
+    prof = f"dry-run-{port}"
+
+    def create(pod_name: str, node: str | None = None, pinned: str | None = None) -> bool:
+        body = pod(pod_name, namespace=namespace, node=node, containers=[container(cpu="500m", mem_limit=None)])
+        body.pop("status")
+        if pinned is not None:  # what the DaemonSet controller writes into each pod
+            body["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned]}]}
+                        ]
+                    }
+                }
+            }
+        out = api.post(f"/api/v1/namespaces/{namespace}/pods", body)
+        return "limits" in out["spec"]["containers"][0]["resources"]
+
+    try:
+        c.wait_for_log("webhook serving")
+        deadline = time.monotonic() + 15
+        while not create(f"warm-{int(time.monotonic() * 1000)}", pinned=batch):  # the controller has synced
+            assert time.monotonic() < deadline, "the webhook never mutated a pod before the profile existed"
+            time.sleep(0.3)
+        profile(api, prof, {"pool": pool}, dryRun=True)
+        deadline = time.monotonic() + 15
+        while create(f"seen-{int(time.monotonic() * 1000)}", pinned=batch):  # until the controller sees the profile
+            assert time.monotonic() < deadline, "the webhook still mutates pods for the dry-run pool's node"
+            time.sleep(0.3)
+        assert not create("ds-batch", pinned=batch)
+        assert not create("named-batch", node=batch)
+        assert not create("anywhere")  # the dry-run node is one of its candidates
+        assert create("ds-plain", pinned=plain)  # the same pod for the plain node gets its limit
+        assert create("named-plain", node=plain)
+        got = api.get(f"/api/v1/namespaces/{namespace}/pods/ds-batch")
+        assert "kube-headroom.dev/original-cpu-limits" not in (got["metadata"].get("annotations") or {})
+    finally:
+        with contextlib.suppress(ApiError):
+            api.delete(f"{WEBHOOK}/{name}")
+        with contextlib.suppress(ApiError):
+            api.delete(f"/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles/{prof}")
+
+
+def _stall(port: int, ca: bytes, source: str, stop: threading.Event, answers: list[int]) -> None:
+    """One client that sends full headers, `Content-Length: 1000` and one byte, then waits;
+    reconnects as soon as the server lets go, until told to stop."""
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    ctx.check_hostname = False
+    while not stop.is_set():
+        try:
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+            with ctx.wrap_socket(raw) as tls:
+                tls.sendall(
+                    b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 1000\r\n\r\n{"
+                )
+                data = tls.recv(4096)
+                if data.startswith(b"HTTP/1.1 "):
+                    answers.append(int(data.split(b" ", 2)[1]))
+        except OSError:
+            time.sleep(0.05)
+
+
+def test_stalled_clients_cannot_hold_admissions(
+    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+):
+    """200 clients at another address that send headers and one byte of a 1000-byte body,
+    again and again, while the API server sends 20 reviews at once: every honest review is
+    answered within 1 s, with its limit; the stalled ones get 408 and one address cannot
+    keep more than the per-client bound of connections open."""
+    make_node()
+    headroom_config()
+    certs = tmp_path / "webhook"
+    certs.mkdir()
+    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
+    ca = control_plane.ca_file.read_bytes()
+    port = free_port()
+    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
+    name = f"headroom-stall-{port}"
+    register(api, name, port, ca)
+    stop = threading.Event()
+    answers: list[int] = []
+    stallers = [threading.Thread(target=_stall, args=(port, ca, "127.0.0.2", stop, answers)) for _ in range(200)]
+    try:
+        c.wait_for_log("webhook serving")
+        deadline = time.monotonic() + 15
+        while not create(api, namespace, f"warm-{int(time.monotonic() * 1000)}")[0]:
+            assert time.monotonic() < deadline, "the webhook never mutated a pod"
+            time.sleep(0.3)
+        for t in stallers:
+            t.start()
+        time.sleep(2.0)  # every staller connected, the first ones answered and back again
+        with ThreadPoolExecutor(20) as pool:
+            honest = list(pool.map(lambda i: create(api, namespace, f"honest-{i}"), range(20)))
+        slowest = max(t for _, t in honest)
+        print(
+            f"\n20 reviews beside 200 stalled clients: slowest pod create {slowest * 1000:.0f} ms, "
+            f"{len(answers)} stalled requests answered, {answers.count(408)} with 408"
+        )
+        assert all(m for m, _ in honest), "a pod was created without its limit: its review was not answered"
+        assert slowest < 1.0, honest
+        assert answers and set(answers) == {408}, set(answers)
+        # one address holds at most the per-client bound of open connections
+        ctx = ssl.create_default_context(cadata=ca.decode())
+        ctx.check_hostname = False
+        held, refused = [], 0
+        try:
+            for _ in range(160):
+                s = ctx.wrap_socket(
+                    socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.3", 0))
+                )
+                s.settimeout(0.2)
+                try:
+                    if s.recv(1) == b"":
+                        refused += 1
+                except TimeoutError:
+                    pass  # still open
+                except OSError:
+                    refused += 1
+                held.append(s)
+        finally:
+            for s in held:
+                s.close()
+        assert refused == 160 - 128, refused
+        metrics = c.http("/metrics", c.metrics_port)[1]
+        assert 'headroom_webhook_requests_total{result="slow-body"}' in metrics
+    finally:
+        stop.set()
+        for t in stallers:
+            if t.is_alive():
+                t.join(15)
+        with contextlib.suppress(ApiError):
+            api.delete(f"{WEBHOOK}/{name}")

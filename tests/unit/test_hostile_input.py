@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import random
 import sys
 from pathlib import Path
@@ -201,10 +202,102 @@ def test_garbage_configuration_resolves_to_something_never_raises(spec, profile_
 @given(JSON)
 def test_the_webhook_admits_whatever_it_is_sent(review):
     res = resolve([{"apiVersion": V, "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], [])
+    managed = namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})
+    nodes = {"n1": node_from_dict(node("n1"))}
     body = review if isinstance(review, dict) else {"request": review}
     for obj in (body, {"request": {"operation": "CREATE", "kind": {"kind": "Pod"}, "object": review, "uid": "u"}}):
-        out = review_response(copy.deepcopy(obj), lambda name: None, lambda: res.resolver)
+        out = review_response(copy.deepcopy(obj), lambda name: managed, lambda: res.resolver, nodes=lambda: nodes)
         assert out["response"]["allowed"] is True
+
+
+PLACEMENT_PATHS = [
+    ("spec", "nodeName"),
+    ("spec", "nodeSelector"),
+    ("spec", "affinity"),
+    ("spec", "affinity", "nodeAffinity"),
+    ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"),
+    ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"),
+    ("spec", "os"),
+    ("metadata", "annotations", "kube-headroom.dev/max-cpu"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PLACEMENT_PATHS), JSON), min_size=1, max_size=3))
+def test_garbage_placement_is_never_mutated_past_its_candidates(edits):
+    """Whatever a new pod says about where it may run, the webhook answers, and any limit it
+    sets is one the controller's rules allow on the node the pod names."""
+    from headroom.webhook.mutation import patch_for
+
+    res = resolve([{"apiVersion": V, "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}], [])
+    managed = namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})
+    nodes = {n: node_from_dict(node(n)) for n in ("n1", "n2")}
+    raw = pod(node=None)
+    raw.pop("status")
+    for path, value in edits:
+        target: Any = raw
+        for part in path[:-1]:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[path[-1]] = copy.deepcopy(value)
+    ops = patch_for(raw, managed, res.resolver, nb.EMPTY, nodes)
+    assert isinstance(ops, list)
+    for op in ops:
+        assert op["op"] == "add"
+
+
+HOSTILE_FILES = [
+    b"kind: HeadroomConfig\nmetadata:\n  name: \xff\xfe\n",  # not UTF-8
+    b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n",  # nested past any parser's recursion
+    b"[" * 5000 + b"]" * 5000,  # the same, as JSON
+    b"apiVersion: kube-headroom.dev/v1alpha1\nkind: [HeadroomConfig]\nmetadata: {name: cluster}\n",
+    b"apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: [cluster]\n",
+    b"apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: [x]}\n",
+    b"apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: [y]}\nstatus: {allocatable: {cpu: '4'}}\n",
+    b"apiVersion: v1\nkind: Pod\nmetadata: 7\n",
+    b"kind: List\nitems: 7\n",
+    # an alias bomb: 9 levels of 9 aliases, 470-odd bytes that expand to 387 million values
+    b"a0: &a0 [x,x,x,x,x,x,x,x,x]\n"
+    + b"".join(f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]\n".encode() for i in range(1, 9)),
+]
+
+
+def _run_cli(tmp_path: Path, data: bytes, capsys: Any) -> list[tuple[int, str]]:
+    from headroom import cli
+
+    f = tmp_path / "in.yaml"
+    f.write_bytes(data)
+    out = []
+    for argv in (["validate", str(f)], ["plan", "--snapshot", str(f)]):
+        code = cli.main(argv)
+        err = capsys.readouterr().err
+        out.append((code, err))
+        assert code in (0, 1, 2), (argv, code)
+        assert "Traceback" not in err
+    return out
+
+
+def test_hostile_files_get_an_error_naming_the_file_never_a_traceback(tmp_path, capsys):
+    import time
+
+    for data in HOSTILE_FILES:
+        started = time.monotonic()
+        for code, err in _run_cli(tmp_path, data, capsys):
+            if code:
+                assert str(tmp_path / "in.yaml") in err or code == 1, (data[:60], err)
+        assert time.monotonic() - started < 10, data[:60]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        JSON.map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_generated_garbage_files_never_raise_from_validate_or_plan(tmp_path, capsys, data):
+    _run_cli(tmp_path, data, capsys)
 
 
 def _outcome(build: Any, obj: Any) -> Any:

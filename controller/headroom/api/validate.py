@@ -43,12 +43,29 @@ class Problem:
         return f"{self.file}:{self.line}:{self.column}: {self.obj}: {self.path}: {self.message}"
 
 
-def load_documents(path: Path) -> list[Any]:
-    """All YAML documents of a file (round-trip types, which carry line numbers)."""
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text (what kubectl and the API server accept); UnreadableFile
+    naming the line and column of the first byte that is not."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise UnreadableFile(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise UnreadableFile(
+            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded); "
+            "save the file as UTF-8"
+        ) from None
+
+
+def load_documents(path: Path, text: str | None = None) -> list[Any]:
+    """All YAML documents of a file (round-trip types, which carry line numbers), read as
+    kubectl reads them (api/yamlread.py)."""
+    if text is None:
+        text = read_text(path)
     try:
         return load_all(text)
     except DepthError as exc:
@@ -66,7 +83,8 @@ def objects(docs: list[Any]) -> Iterator[Any]:
     """Documents, with `kind: List` (what `kubectl get -o yaml` prints) expanded."""
     for doc in docs:
         if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
-            yield from (i for i in doc.get("items") or () if i is not None)
+            items = doc.get("items") or ()
+            yield from (i for i in (items if isinstance(items, list) else [items]) if i is not None)
         else:
             yield doc
 
@@ -158,7 +176,18 @@ def validate_object(obj: Any, file: str) -> list[Problem]:
         line, col = _position(obj, ())
         return [Problem(file, line, col, "(document)", "(object)", "is not a mapping; expected a Kubernetes object")]
     api_version = str(obj.get("apiVersion") or "")
-    if not api_version.startswith(f"{keys.GROUP}/") and obj.get("kind") not in KINDS:
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        if not api_version.startswith(f"{keys.GROUP}/"):
+            return []  # not ours to judge
+        line, col = _position(obj, ("kind",))
+        return [
+            Problem(
+                file, line, col, "(object)", "kind",
+                f"must be the string {' or '.join(KINDS)}, not {'a list' if isinstance(kind, list) else 'a map' if isinstance(kind, dict) else repr(kind)}",
+            )
+        ]  # fmt: skip
+    if not api_version.startswith(f"{keys.GROUP}/") and kind not in KINDS:
         return []  # not ours to judge
     meta = obj.get("metadata")
     label = f"{obj.get('kind')}/{meta.get('name', '?') if isinstance(meta, dict) else '?'}"
@@ -191,11 +220,11 @@ def validate_file(path: Path, valid: list[tuple[str, Any]] | None = None) -> tup
     docs = load_documents(path)
     checked, problems = 0, []
     for obj in objects(docs):
-        if isinstance(obj, dict) and obj.get("kind") in KINDS:
-            checked += 1
+        ours = isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] in KINDS
+        checked += ours
         found = validate_object(obj, str(path))
         problems.extend(found)
-        if not found and valid is not None and isinstance(obj, dict) and obj.get("kind") in KINDS:
+        if not found and valid is not None and ours:
             valid.append((str(path), obj))
     return checked, problems
 

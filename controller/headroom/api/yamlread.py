@@ -19,7 +19,8 @@ resolved by these rules, and quoted ones stay strings:
   work as in YAML 1.1.
 
 The one deliberate difference: a duplicate key is an error here, where kubectl keeps the
-last value silently. Nesting deeper than MAX_DEPTH is refused.
+last value silently. Nesting deeper than MAX_DEPTH is refused, and so is a document whose
+aliases expand it past go-yaml's aliasing bound (an "alias bomb").
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ruamel.yaml.scalarstring import ScalarString
 from ruamel.yaml.tag import Tag
 
 MAX_DEPTH = 100
+MAX_EXPANDED = 4_000_000  # values a document may hold once its aliases are expanded
 
 _TRUE = {"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"}
 _FALSE = {"n", "N", "no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"}
@@ -115,31 +117,76 @@ def _key(value: Any) -> str:
     return str(value)
 
 
-def _resolve(node: Any, depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise DepthError(f"nested more than {MAX_DEPTH} levels")
-    if isinstance(node, CommentedMap):
-        for k in list(node.keys()):
-            v = node[k]
-            new_key = _key(resolve_plain(k)) if type(k) is str else _key(k)
-            value = _resolve(v, depth + 1)
-            if new_key != k:
-                del node[k]
-            node[new_key] = value
-        return node
-    if isinstance(node, CommentedSeq):
-        for i, v in enumerate(node):
-            node[i] = _resolve(v, depth + 1)
-        return node
-    if isinstance(node, TaggedScalar):
-        return str(node.value)
-    if isinstance(node, ScalarString):  # quoted, literal or folded: a string
-        return str(node)
-    if type(node) is str:
-        node = resolve_plain(node)
-    if isinstance(node, float) and not math.isfinite(node):
-        raise DepthError(f"{node} has no JSON form: kubectl refuses the file (quote it if it is a string)")
-    return node
+def _allowed_alias_ratio(decoded: int) -> float:
+    """go-yaml's bound on aliasing (yaml.v2 decode.go, allowedAliasRatio), which the API
+    server's and kubectl's YAML reader applies: 99 % of small documents may come through
+    aliases, falling to 10 % of documents past 4 million nodes."""
+    if decoded <= 400_000:
+        return 0.99
+    if decoded >= 4_000_000:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - 400_000) / 3_600_000
+
+
+class _Walk:
+    """Resolves a document once per node, and counts it as if every alias were expanded
+    (what turning it into JSON would do), to refuse an alias bomb the way go-yaml does."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {}  # id of a resolved container -> its expanded node count
+        self.decoded = 0
+        self.aliases = 0
+
+    def check(self) -> None:
+        if self.decoded > MAX_EXPANDED or (
+            self.aliases > 100
+            and self.decoded > 1000
+            and self.aliases / self.decoded > _allowed_alias_ratio(self.decoded)
+        ):
+            raise DepthError(
+                f"the document contains excessive aliasing (its anchors and aliases expand past {self.decoded:,} "
+                "values); write the values out, or use fewer aliases"
+            )
+
+    def resolve(self, node: Any, depth: int) -> tuple[Any, int]:
+        """The resolved node and its expanded size."""
+        if depth > MAX_DEPTH:
+            raise DepthError(f"nested more than {MAX_DEPTH} levels")
+        if isinstance(node, CommentedMap | CommentedSeq):
+            size = self.sizes.get(id(node))
+            if size is not None:  # an alias of a node already resolved: counted, not walked again
+                self.aliases += 1
+                self.decoded += size
+                self.check()
+                return node, size
+            size = 1
+            self.decoded += 1
+            if isinstance(node, CommentedMap):
+                for k in list(node.keys()):
+                    v = node[k]
+                    new_key = _key(resolve_plain(k)) if type(k) is str else _key(k)
+                    value, n = self.resolve(v, depth + 1)
+                    size += n
+                    if new_key != k:
+                        del node[k]
+                    node[new_key] = value
+            else:
+                for i, v in enumerate(node):
+                    node[i], n = self.resolve(v, depth + 1)
+                    size += n
+            self.sizes[id(node)] = size
+            self.check()
+            return node, size
+        self.decoded += 1
+        if isinstance(node, TaggedScalar):
+            return str(node.value), 1
+        if isinstance(node, ScalarString):  # quoted, literal or folded: a string
+            return str(node), 1
+        if type(node) is str:
+            node = resolve_plain(node)
+        if isinstance(node, float) and not math.isfinite(node):
+            raise DepthError(f"{node} has no JSON form: kubectl refuses the file (quote it if it is a string)")
+        return node, 1
 
 
 class DepthError(ValueError):
@@ -161,4 +208,9 @@ def load_all(text: str) -> list[Any]:
         raise DepthError(f"nested more than {MAX_DEPTH} levels") from None
     finally:
         sys.setrecursionlimit(limit)
-    return [d for d in (_resolve(doc, 0) for doc in docs) if d is not None]
+    out = []
+    for doc in docs:
+        value, _ = _Walk().resolve(doc, 0)
+        if value is not None:
+            out.append(value)
+    return out

@@ -6,8 +6,12 @@ served certificate — the webhook then fails open with nothing in Headroom's lo
 leader keeps one Secret (`tls.crt`, `tls.key`, `ca.crt`) and the webhook configuration's
 `caBundle` in step:
 
-- missing, unreadable, for other names, or within `renew_before` of expiry ⇒ a new CA and
-  serving certificate;
+- missing, unreadable, for other names, within `renew_before` of expiry, not signed by a
+  CA in `ca.crt`, or with a `tls.key` that is not its key ⇒ a new CA and serving
+  certificate;
+- from the Secret only the CA that verifiably signed `tls.crt` ever reaches the
+  cluster-scoped `caBundle`: a CA appended to `ca.crt` by someone who can edit Secrets in
+  the controller's namespace is not trusted;
 - the new CA is added to the `caBundle` *before* the Secret changes, and the old CA stays
   in the bundle until the certificate it signed has expired, so replicas still serving the
   old certificate (the kubelet refreshes mounted Secrets with a delay) are trusted
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -118,6 +123,33 @@ def _live_cas(bundle: bytes, until: datetime.datetime) -> list[bytes]:
     return out
 
 
+def _issuer(data: dict[str, bytes]) -> bytes | None:
+    """The PEM of the CA in `ca.crt` that signed `tls.crt`, when `tls.key` is that
+    certificate's key and the CA is still valid; None otherwise. Only this CA is ever taken
+    from the Secret into the caBundle: anything else appended to `ca.crt` is not trusted."""
+    try:
+        cert = x509.load_pem_x509_certificate(data.get("tls.crt") or b"")
+        key = serialization.load_pem_private_key(data.get("tls.key") or b"", password=None)
+        cas = x509.load_pem_x509_certificates(data.get("ca.crt") or b"")
+    except (ValueError, TypeError):
+        return None
+    spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        return None
+    for ca in cas:
+        if ca.subject != cert.issuer or ca.not_valid_after_utc <= _now():
+            continue
+        try:
+            basic = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+            if not basic.ca:
+                continue
+            cert.verify_directly_issued_by(ca)
+        except (x509.ExtensionNotFound, ValueError, TypeError, InvalidSignature):
+            continue
+        return _pem(ca)
+    return None
+
+
 @dataclass
 class CertManager:
     api: Api
@@ -148,12 +180,11 @@ class CertManager:
             return {"_rv": str(obj["metadata"].get("resourceVersion", "")).encode()}
 
     def _usable(self, data: dict[str, bytes] | None) -> bool:
-        if not data or not data.get("tls.crt") or not data.get("tls.key") or not data.get("ca.crt"):
+        """The Secret holds a serving certificate for our names, not close to expiry, whose
+        key is `tls.key` and which a CA in `ca.crt` signed: otherwise it is issued anew."""
+        if not data or _issuer(data) is None:
             return False
-        try:
-            cert = x509.load_pem_x509_certificate(data["tls.crt"])
-        except ValueError:
-            return False
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
         return cert.not_valid_after_utc > _now() + self.renew_before and set(self.names) <= _names_of(cert)
 
     def _ca_bundle(self) -> bytes | None:
@@ -186,8 +217,10 @@ class CertManager:
         rotated = False
         if not self._usable(data):
             ca, crt, key = issue(list(self.names), self.days)
-            # Keep trusting every CA some replica may still serve (the Secret's and the bundle's).
-            old = _live_cas((data or {}).get("ca.crt", b""), _now()) + _live_cas(self._ca_bundle() or b"", _now())
+            # Keep trusting the CAs some replica may still serve: the one that signed the old
+            # certificate (verified), and those already in the bundle.
+            signer = _issuer(data) if data else None
+            old = ([signer] if signer else []) + _live_cas(self._ca_bundle() or b"", _now())
             bundle = b"".join(dict.fromkeys([ca, *old]))
             if self._ca_bundle() is not None:
                 self._set_ca_bundle(bundle)  # trust the new CA before anything serves it
@@ -218,11 +251,11 @@ class CertManager:
                 extra={"secret": f"{self.namespace}/{self.secret}", "names": list(self.names), "days": self.days},
             )
             data, rotated = self._read(), True
-        # The bundle must hold the CA of the certificate being served.
-        bundle = (data or {}).get("ca.crt", b"")
+        # The bundle must hold the CA of the certificate being served, and from the Secret
+        # nothing else.
+        signer = _issuer(data) if data else None
         current = self._ca_bundle()
-        if current is not None and bundle and set(_live_cas(bundle, _now())) - set(_live_cas(current, _now())):
-            merged = b"".join([*_live_cas(bundle, _now()), *[c for c in _live_cas(current, _now()) if c not in bundle]])
-            self._set_ca_bundle(merged)
+        if current is not None and signer is not None and signer not in _live_cas(current, _now()):
+            self._set_ca_bundle(b"".join([signer, *[c for c in _live_cas(current, _now()) if c != signer]]))
             log.info("webhook caBundle updated", extra={"configuration": self.webhook_configuration})
         return rotated

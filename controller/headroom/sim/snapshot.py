@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from ..api.models import HeadroomConfig, NodePoolProfile
 from ..api.resolve import Resolution, resolve
-from ..api.validate import objects
+from ..api.validate import load_documents, objects, read_text
 from ..core import keys
 from ..core import neighbours as nb
 from ..core.params import Resolver
@@ -45,22 +43,33 @@ class Snapshot:
 
 
 def _parse(path: Path) -> list[Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc.strerror}") from None
+    """The file's objects: JSON as `kubectl get -o json` prints it, else YAML read as kubectl
+    reads it (the same reader as `headroom validate`, keeping line numbers)."""
+    text = read_text(path)
     if text.lstrip().startswith(("{", "[")):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SnapshotError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise SnapshotError(f"{path}: not usable JSON: nested too deeply") from None
         return data if isinstance(data, list) else [data]
-    try:
-        return [d for d in YAML(typ="safe").load_all(text) if d is not None]
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise SnapshotError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    return load_documents(path, text)
+
+
+def _shape(value: Any) -> str:
+    """What a YAML value is, in the words of the file rather than Python's."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a map"
+    return "null" if value is None else f"{type(value).__name__} {str(value)[:40]!r}"
+
+
+def _where(path: Path | str, obj: Any) -> str:
+    """`file:line` of an object read from YAML (JSON objects carry no position)."""
+    lc = getattr(obj, "lc", None)
+    return f"{path}:{lc.line + 1}" if lc is not None and lc.line is not None else str(path)
 
 
 def _first_error(path: Path | str, obj: dict[str, Any], exc: ValidationError) -> SnapshotError:
@@ -94,8 +103,21 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
     }
     for obj in objs:
         if not isinstance(obj, dict):
-            raise SnapshotError(f"{path}: a document is not a Kubernetes object (got {type(obj).__name__})")
+            raise SnapshotError(f"{_where(path, obj)}: a document is not a Kubernetes object (got {_shape(obj)})")
         kind = obj.get("kind")
+        if not isinstance(kind, str):
+            raise SnapshotError(f"{_where(path, obj)}: kind must be a string such as Pod or Node, not {_shape(kind)}")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise SnapshotError(
+                f"{_where(path, obj)}: {kind}: metadata must be an object with a name, not {_shape(meta)}"
+            )
+        for key in ("labels", "annotations"):
+            if meta.get(key) is not None and not isinstance(meta[key], dict):
+                raise SnapshotError(
+                    f"{_where(path, obj)}: {kind}/{meta.get('name', '?')}: metadata.{key} must be a map of "
+                    f"strings, not {_shape(meta[key])}"
+                )
         try:
             if kind == "Node":
                 snap.nodes.append(node_from_dict(obj))
@@ -117,9 +139,9 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
             elif kind in builders:
                 found[kind].append(builders[kind](obj))
         except RecordError as exc:
-            raise SnapshotError(f"{path}: {exc}") from None
+            raise SnapshotError(f"{_where(path, obj)}: {exc}") from None
         except ValidationError as exc:
-            raise _first_error(path, obj, exc) from None
+            raise _first_error(_where(path, obj), obj, exc) from None
     for kind, records in found.items():
         snap.neighbours = nb.with_all(snap.neighbours, kind, records)
     return snap

@@ -76,8 +76,70 @@ def review_response(
 
 MAX_BODY = 3 * 1024 * 1024  # the API server's own limit on an object is 3 MiB
 HANDSHAKE_TIMEOUT = 5.0  # a client that opens a socket and says nothing is dropped after this
-KEEPALIVE_TIMEOUT = 30.0
-MAX_CONCURRENT = 64  # reviews decided at once; the rest wait their turn (the API server gives up after 2 s)
+KEEPALIVE_TIMEOUT = 30.0  # also bounds a connection that never completes its first request
+BODY_TIMEOUT = 1.0  # a body not read by then gets 408: well inside the API server's 2 s timeout
+MAX_CONCURRENT = 64  # reviews decided at once (taken after the body is read, only around the decision)
+# Open connections one client address may hold; more are closed at once. The API server
+# opens one connection per admission in flight, far fewer than this per webhook replica.
+MAX_PER_CLIENT = 128
+
+
+def malformed(review: object) -> str | None:
+    """Why a decoded body is not an AdmissionReview this webhook can answer; None when it is."""
+    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+        return "the body is not an AdmissionReview"
+    request = review["request"]
+    kind = request.get("kind")
+    if kind is not None and not isinstance(kind, dict):
+        return "request.kind is not an object"
+    obj = request.get("object")
+    if obj is not None and not isinstance(obj, dict):
+        return "request.object is not an object"
+    return None
+
+
+class _PerClient(asyncio.Protocol):
+    """Counts a client address's open connections around aiohttp's protocol and closes
+    those past MAX_PER_CLIENT: one address cannot take every connection the process has."""
+
+    def __init__(self, inner: asyncio.Protocol, counts: dict[str, int], limit: int) -> None:
+        self.inner, self.counts, self.limit = inner, counts, limit
+        self.address: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if self.counts.get(address, 0) >= self.limit:
+            transport.close()
+            return
+        self.counts[address] = self.counts.get(address, 0) + 1
+        self.address = address
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.address is None:
+            return
+        left = self.counts[self.address] - 1
+        if left:
+            self.counts[self.address] = left
+        else:
+            del self.counts[self.address]
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.address is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.address is not None else None
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 RELOAD_EVERY = 10.0  # seconds between checks of the mounted certificate files
 
 
@@ -101,6 +163,8 @@ class WebhookServer:
         nodes: Callable[[], Mapping[str, Node] | None] = lambda: None,
     ) -> None:
         self.neighbours, self.nodes = neighbours, nodes
+        self.body_timeout, self.max_per_client = BODY_TIMEOUT, MAX_PER_CLIENT
+        self._clients: dict[str, int] = {}  # open connections per client address (event loop only)
         self.port, self.cert_dir, self.host, self.reload_every = port, cert_dir, host, reload_every
         self.namespace, self.resolver, self.blocked, self.observe = namespace, resolver, blocked, observe
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -139,22 +203,31 @@ class WebhookServer:
     # --- serving ------------------------------------------------------------------------
     async def _mutate(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
+        # The body is read under a deadline and outside the decision slots: a client that
+        # sends headers and then trickles (or never sends) its body holds no slot and is
+        # answered 408 well before the API server's own timeout.
+        try:
+            raw = await asyncio.wait_for(request.read(), self.body_timeout)
+        except web.HTTPRequestEntityTooLarge:
+            self.observe("too-large", time.perf_counter() - started)
+            raise
+        except TimeoutError:
+            self.observe("slow-body", time.perf_counter() - started)
+            return web.json_response(
+                {"error": "the body was not sent in time"}, status=408, headers={"Connection": "close"}
+            )
+        try:
+            review = json.loads(raw)
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
+            review = None
+        why = malformed(review)
+        if why is not None:
+            self.observe("malformed", time.perf_counter() - started)
+            return web.json_response({"error": why}, status=400)
         async with self._slots:
-            try:
-                raw = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                self.observe("too-large", time.perf_counter() - started)
-                raise
-            try:
-                review = json.loads(raw)
-            except ValueError:
-                review = None
-            if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
-                self.observe("malformed", time.perf_counter() - started)
-                return web.json_response({"error": "the body is not an AdmissionReview"}, status=400)
             out = review_response(review, self.namespace, self.resolver, self.blocked, self.neighbours, self.nodes)
-            self.observe("mutated" if "patch" in out["response"] else "unchanged", time.perf_counter() - started)
-            return web.json_response(out)
+        self.observe("mutated" if "patch" in out["response"] else "unchanged", time.perf_counter() - started)
+        return web.json_response(out)
 
     async def _reloader(self) -> None:
         while True:
@@ -168,8 +241,9 @@ class WebhookServer:
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT)
         await self._runner.setup()
         assert self._runner.server is not None
+        server, counts = self._runner.server, self._clients
         self._server = await self._loop.create_server(
-            self._runner.server,
+            lambda: _PerClient(server(), counts, self.max_per_client),
             self.host,
             self.port,
             ssl=self.context,

@@ -1,0 +1,112 @@
+"""The webhook certificate manager trusts nothing in its Secret it cannot verify (pure
+logic over an in-memory stand-in for the two objects it reads and writes; the real API
+server path is tests/integration/test_webhook_live.py)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives.hashes import SHA256
+
+from headroom.cluster.api import ApiError
+from headroom.cluster.certs import WEBHOOK_NAME, CertManager, issue
+
+SECRET = "/api/v1/namespaces/ns/secrets/tls"
+MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/headroom"
+
+
+class Objects:
+    """The Secret and the MutatingWebhookConfiguration, as a dict of paths."""
+
+    def __init__(self) -> None:
+        self.store: dict[str, Any] = {
+            MWC: {"metadata": {"name": "headroom"}, "webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {}}]}
+        }
+        self.rv = 0
+
+    def get(self, path: str) -> Any:
+        if path not in self.store:
+            raise ApiError(404, "NotFound", path)
+        return self.store[path]
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request_json("PUT", SECRET, body)
+
+    def request_json(self, method: str, path: str, body: Any) -> Any:
+        self.rv += 1
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.store[path] = body
+        return body
+
+    def patch(self, path: str, body: Any, *_: Any) -> Any:
+        self.store[path]["webhooks"][0]["clientConfig"]["caBundle"] = body["webhooks"][0]["clientConfig"]["caBundle"]
+        return self.store[path]
+
+    def secret(self, **data: bytes) -> None:
+        self.request_json(
+            "PUT",
+            SECRET,
+            {
+                "metadata": {"name": "tls"},
+                "data": {k.replace("_", "."): base64.b64encode(v).decode() for k, v in data.items()},
+            },
+        )
+
+    def bundle(self) -> list[x509.Certificate]:
+        raw = self.store[MWC]["webhooks"][0]["clientConfig"].get("caBundle", "")
+        return x509.load_pem_x509_certificates(base64.b64decode(raw)) if raw else []
+
+    def served(self) -> bytes:
+        return base64.b64decode(self.store[SECRET]["data"]["tls.crt"])
+
+
+def _signed(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except Exception:
+        return False
+    return True
+
+
+def manager(objs: Objects) -> CertManager:
+    return CertManager(objs, "ns", "tls", ["127.0.0.1"], "headroom")  # type: ignore[arg-type]
+
+
+def test_a_certificate_no_bundled_ca_signed_or_a_key_that_is_not_its_own_is_issued_anew():
+    objs = Objects()
+    ca, crt, key = issue(["127.0.0.1"], 365)
+    _, other_crt, other_key = issue(["127.0.0.1"], 365)
+    objs.secret(tls_crt=crt, tls_key=key, ca_crt=ca)
+    assert manager(objs).ensure() is False  # a consistent Secret is used as it is
+    assert objs.served() == crt
+
+    objs.secret(tls_crt=crt, tls_key=other_key, ca_crt=ca)  # the key does not match
+    assert manager(objs).ensure() is True
+    assert objs.served() != crt
+
+    objs.secret(tls_crt=other_crt, tls_key=other_key, ca_crt=ca)  # signed by a CA not in ca.crt
+    assert manager(objs).ensure() is True
+    assert objs.served() != other_crt
+    # the bundle trusts the CA that signs what is served now
+    served = x509.load_pem_x509_certificate(objs.served())
+    assert any(_signed(served, c) for c in objs.bundle())
+
+
+def test_a_ca_appended_to_the_secret_never_reaches_the_cluster_scoped_bundle():
+    objs = Objects()
+    ca, crt, key = issue(["127.0.0.1"], 365)
+    planted, _, _ = issue(["attacker.example"], 365)
+    objs.secret(tls_crt=crt, tls_key=key, ca_crt=ca + planted)
+    manager(objs).ensure()
+    trusted = {c.fingerprint(SHA256()) for c in objs.bundle()}
+    assert x509.load_pem_x509_certificate(ca).fingerprint(SHA256()) in trusted
+    assert x509.load_pem_x509_certificate(planted).fingerprint(SHA256()) not in trusted
+    # and after a rotation (the Secret deleted) the planted CA is still not carried over
+    del objs.store[SECRET]
+    objs.secret(tls_crt=b"", tls_key=b"", ca_crt=planted)
+    assert manager(objs).ensure() is True
+    assert x509.load_pem_x509_certificate(planted).fingerprint(SHA256()) not in {
+        c.fingerprint(SHA256()) for c in objs.bundle()
+    }
