@@ -230,3 +230,29 @@ def test_the_cache_keeps_namespace_limit_sums_equal_to_a_scan(events):
         for n in ("a", "b"):
             scan = sum(nb.pod_limits_cpu(p) for p in cache.pods.values() if p.namespace == n)
             assert cache.namespace_limits(n) == scan
+
+
+def test_a_pod_level_restore_never_makes_the_pod_guaranteed():
+    """Pod-level memory pinned and a recorded pod-level CPU limit equal to the request:
+    giving it back would turn the pod Guaranteed, which a resize may not do."""
+    pinned = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    p = pod_from_dict(
+        pod(
+            containers=[container(cpu=None, mem=None, mem_limit=None)],
+            pod_resources=pinned,
+            annotations={"kube-headroom.dev/original-cpu-limits": '{"(pod)":"500m"}'},
+        )
+    )
+    t, why = release.restore_target(p)
+    assert t is None and "QoS" in why
+    # with memory not pinned the same record is restored
+    loose = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}}
+    q = pod_from_dict(
+        pod(
+            containers=[container(cpu=None, mem=None, mem_limit=None)],
+            pod_resources=loose,
+            annotations={"kube-headroom.dev/original-cpu-limits": '{"(pod)":"500m"}'},
+        )
+    )
+    t, _ = release.restore_target(q)
+    assert t is not None and t.target == 500

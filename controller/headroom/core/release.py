@@ -133,6 +133,10 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
             return None, f"its old limit {format_milli(before)} is below its request now"
         if pod.pod_level.cpu_limit == before:
             return None, ""
+        pl = pod.pod_level
+        if before == pl.cpu_request and pl.mem_request is not None and pl.mem_request == pl.mem_limit:
+            # cpu and memory pinned at the pod level would make the pod Guaranteed
+            return None, "the old pod-level limit would change the pod's QoS class"
         m = Managed(pod, ())
         return PodTarget(m, m.request, before, BOUND_RELEASED, (), pod.pod_level.cpu_limit, True), ""
     targets = []
