@@ -10,6 +10,7 @@ import json
 import socket
 import ssl
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -275,7 +276,7 @@ def _stall(port: int, ca: bytes, source: str, stop: threading.Event, answers: li
     ctx.check_hostname = False
     while not stop.is_set():
         try:
-            raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+            raw = _client(source, port)
             with ctx.wrap_socket(raw) as tls:
                 tls.sendall(
                     b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -285,7 +286,20 @@ def _stall(port: int, ca: bytes, source: str, stop: threading.Event, answers: li
                 if data.startswith(b"HTTP/1.1 "):
                     answers.append(int(data.split(b" ", 2)[1]))
         except OSError:
-            time.sleep(0.05)
+            pass
+        stop.wait(0.2)  # back again soon, at a rate that leaves this machine's ephemeral ports alone
+
+
+def _client(source: str, port: int) -> socket.socket:
+    """A TCP connection from `source` (another loopback address, as another pod would be)
+    that picks its port only at connect and leaves no TIME_WAIT behind when it closes."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.settimeout(10)
+    raw.setsockopt(socket.IPPROTO_IP, 24, 1)  # IP_BIND_ADDRESS_NO_PORT
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    raw.bind((source, 0))
+    raw.connect(("127.0.0.1", port))
+    return raw
 
 
 def test_stalled_clients_cannot_hold_admissions(
@@ -333,9 +347,7 @@ def test_stalled_clients_cannot_hold_admissions(
         held, refused = [], 0
         try:
             for _ in range(160):
-                s = ctx.wrap_socket(
-                    socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.3", 0))
-                )
+                s = ctx.wrap_socket(_client("127.0.0.3", port))
                 s.settimeout(0.2)
                 try:
                     if s.recv(1) == b"":
