@@ -108,6 +108,27 @@ def generate(count: int, seed: int = 1129) -> list[Case]:
 
     for base in bases:  # the examples themselves
         emit(f"{base['kind']}/{base['metadata']['name']}: unchanged", copy.deepcopy(base))
+    # Empty selectors: refused where "everything" would widen management, kept (and matching
+    # everything) where they exclude.
+    config = next(b for b in bases if b["kind"] == "HeadroomConfig")
+    profile = next(b for b in bases if b["kind"] == "NodePoolProfile")
+    for doc, path, value in (
+        (config, ("spec", "namespaceSelector"), {}),
+        (config, ("spec", "namespaceSelector"), {"matchLabels": {}}),
+        (config, ("spec", "namespaceSelector"), {"matchExpressions": []}),
+        (config, ("spec", "staticCPUManagerNodeSelector"), {}),
+        (config, ("spec", "exclusions", "podSelector"), {}),
+        (config, ("spec", "exclusions", "nodeSelector"), {"matchLabels": {}}),
+        (profile, ("spec", "exclusions", "podSelector"), {}),
+        (profile, ("spec", "nodeSelector"), {}),
+        (profile, ("spec", "nodeSelector"), {"matchLabels": {}}),
+    ):
+        case = copy.deepcopy(doc)
+        parent = case
+        for part in path[:-1]:
+            parent = parent.setdefault(part, {})
+        parent[path[-1]] = value
+        emit(f"{'.'.join(path)} = {value!r}", case)
     while len(cases) < count:
         base = copy.deepcopy(rng.choice(bases))
         if base["kind"] == "NodePoolProfile":

@@ -65,11 +65,19 @@ def test_defaults_are_filled_in_by_the_schema(api: Api, crds_installed):
             "release": "Keep",
             "webhook": {"initialMultiplier": 2},
         }
-        # {} is kept as written (the static CPU manager check off); unset means the default label
-        off = api.apply({**minimal, "spec": {"staticCPUManagerNodeSelector": {}}}, "headroom-tests")
-        assert off["spec"]["staticCPUManagerNodeSelector"] == {}
-        assert settings_from(HeadroomConfig.model_validate(off)).static_cpu_manager is None
+        # unset means the default label; {} is refused (it would select every node), whether
+        # created or applied server-side, with the way to turn the check off in the message
+        for empty in ({}, {"matchLabels": {}}):
+            body = {**minimal, "spec": {"staticCPUManagerNodeSelector": empty}}
+            with pytest.raises(ApiError) as refused:
+                api.apply(body, "headroom-tests")
+            assert "must not be empty" in refused.value.message and "select a key no node has" in refused.value.message
         assert settings_from(HeadroomConfig.model_validate(got)).static_cpu_manager == Settings().static_cpu_manager
+        # exclusion selectors: {} is kept as written and excludes everything, as in Kubernetes
+        every = api.apply({**minimal, "spec": {"exclusions": {"podSelector": {}}}}, "headroom-tests")
+        assert every["spec"]["exclusions"]["podSelector"] == {}
+        excl = settings_from(HeadroomConfig.model_validate(every)).exclusions
+        assert excl.pod_selectors and excl.pod_selectors[0].matches({"app": "anything"})
         # setting another exclusion keeps the kube-system default
         patched = api.apply({**minimal, "spec": {"exclusions": {"ownerKinds": ["Job"]}}}, "headroom-tests")
         assert patched["spec"]["exclusions"] == {"namespaces": ["kube-system"], "ownerKinds": ["Job"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import node, pod
+from factories import namespace, node, pod
 from headroom.api.resolve import CURRENT, FROZEN, LAST_VALID, NO_CONFIG, resolve
 from headroom.core.eligibility import CONFIG_UNUSABLE, MANAGED, eligibility
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
@@ -100,3 +100,42 @@ def test_a_deleted_object_is_not_remembered():
     good = resolve([config(dryRun=True)], [profile("batch")])
     gone = resolve([], [], good.applied)
     assert gone.applied == {} and gone.resolver.base.blocked == NO_CONFIG
+
+
+def test_selectors_read_the_kubernetes_way_never_in_the_direction_that_writes_more():
+    """An empty exclusion selector excludes everything; an empty selector that would widen
+    management (namespaces, the static CPU manager check) is refused, saying what to write."""
+    import pytest as _pytest
+    from pydantic import ValidationError
+
+    from headroom.api.models import HeadroomConfig, settings_from
+    from headroom.core.eligibility import NODE_EXCLUDED, POD_SELECTOR_EXCLUDED
+
+    def config(spec):
+        return HeadroomConfig.model_validate(
+            {
+                "apiVersion": "kube-headroom.dev/v1alpha1",
+                "kind": "HeadroomConfig",
+                "metadata": {"name": "cluster"},
+                "spec": spec,
+            }
+        )
+
+    ns = namespace_from_dict(namespace("team"))
+    p = pod_from_dict(pod(labels={"app": "web"}))
+    n = node_from_dict(node("n1"))
+    for spec, reason in (
+        ({"exclusions": {"podSelector": {}}}, POD_SELECTOR_EXCLUDED),
+        ({"exclusions": {"podSelector": {"matchLabels": {}}}}, POD_SELECTOR_EXCLUDED),
+        ({"exclusions": {"nodeSelector": {}}}, NODE_EXCLUDED),
+        ({"exclusions": {"nodeSelector": {"matchLabels": {}}}}, NODE_EXCLUDED),
+    ):
+        assert eligibility(p, ns, n, settings_from(config(spec)), pod_level_resize=True) == reason, spec
+    for spec, field in (
+        ({"namespaceSelector": {}}, "namespaceSelector"),
+        ({"namespaceSelector": {"matchLabels": {}}}, "namespaceSelector"),
+        ({"staticCPUManagerNodeSelector": {}}, "staticCPUManagerNodeSelector"),
+    ):
+        with _pytest.raises(ValidationError) as exc:
+            config(spec)
+        assert field in str(exc.value) and "must not be empty" in str(exc.value)

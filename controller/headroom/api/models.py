@@ -27,6 +27,36 @@ from .types import (
     duration_seconds,
 )
 
+# One rule for selectors: read the Kubernetes way (an empty selector matches everything),
+# and an empty one is refused wherever "everything" would widen what Headroom writes to.
+NAMESPACE_SELECTOR_EMPTY = (
+    "must not be empty: {} would manage every namespace; to do that on purpose write "
+    "matchExpressions: [{key: kubernetes.io/metadata.name, operator: Exists}], otherwise remove the field"
+)
+STATIC_SELECTOR_EMPTY = (
+    "must not be empty; remove the field to use the label kube-headroom.dev/cpu-manager-policy=static, point it "
+    "at the label your static-policy nodes carry, or, to turn the check off, select a key no node has "
+    "(matchExpressions: [{key: example.com/no-static-cpu-manager, operator: Exists}])"
+)
+PROFILE_SELECTOR_EMPTY = (
+    "must not be empty; to select every node write matchExpressions: [{key: kubernetes.io/os, operator: Exists}] "
+    "(or another key every node has)"
+)
+
+
+def non_empty_rule(message: str) -> dict[str, Any]:
+    """The CRD's CEL rule for a LabelSelector that must select something explicitly."""
+    return {
+        "x-kubernetes-validations": [
+            {
+                "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+                "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+                "message": message,
+            }
+        ]
+    }
+
+
 _MULTIPLIER_RULE: dict[str, Any] = {"rule": "self == 0.0 || self >= 1.0", "message": "must be 0 (no cap) or at least 1"}
 
 
@@ -279,7 +309,11 @@ class HeadroomConfigSpec(Model):
         default="5m", description="How long a pod is left alone after an infeasible or quota-denied resize."
     )
     namespace_selector: LabelSelector | None = Field(
-        default=None, description="Namespaces managed in addition to those labelled kube-headroom.dev/mode=managed."
+        default=None,
+        description="Namespaces managed in addition to those labelled kube-headroom.dev/mode=managed. Must not "
+        "be empty ({} would manage every namespace); to manage every namespace say so with matchExpressions "
+        "[{key: kubernetes.io/metadata.name, operator: Exists}].",
+        json_schema_extra=non_empty_rule(NAMESPACE_SELECTOR_EMPTY),
     )
     exclusions: GlobalExclusions = Field(
         default_factory=GlobalExclusions, description="What is never managed.", json_schema_extra={"default": {}}
@@ -290,7 +324,9 @@ class HeadroomConfigSpec(Model):
         description="Nodes whose kubelet runs the static CPU manager policy (exclusive cores for Guaranteed "
         "pods): nothing there is managed, reason StaticCPUManager. Unset: nodes labelled "
         f"{keys.STATIC_CPU_LABEL}=static (set it with the kubelet's --node-labels); point it at the label your "
-        "platform sets instead (OpenShift: cpumanager=true); {} turns the check off.",
+        "platform sets instead (OpenShift: cpumanager=true). Must not be empty; to turn the check off, select a "
+        "label key no node has.",
+        json_schema_extra=non_empty_rule(STATIC_SELECTOR_EMPTY),
     )
     release: Literal["Keep", "Restore"] = Field(
         default="Keep",
@@ -304,6 +340,20 @@ class HeadroomConfigSpec(Model):
     )
 
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
+
+    @field_validator("namespace_selector")
+    @classmethod
+    def _namespaces_not_everything(cls, value: LabelSelector | None) -> LabelSelector | None:
+        if value is not None and value.is_empty():
+            raise ValueError(NAMESPACE_SELECTOR_EMPTY)
+        return value
+
+    @field_validator("static_cpu_manager_node_selector")
+    @classmethod
+    def _static_not_empty(cls, value: LabelSelector | None) -> LabelSelector | None:
+        if value is not None and value.is_empty():
+            raise ValueError(STATIC_SELECTOR_EMPTY)
+        return value
 
 
 class NodePoolProfileStatus(_ControllerStatus):
@@ -347,15 +397,7 @@ class NodePoolProfileSpec(Model):
     node_selector: LabelSelector = Field(
         description="Nodes this profile applies to. Must not be empty; to select every node, "
         "say so with a matchExpressions Exists on a key every node has.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
-                    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
-                    "message": "must not be empty; select every node explicitly with matchExpressions",
-                }
-            ]
-        },
+        json_schema_extra=non_empty_rule(PROFILE_SELECTOR_EMPTY),
     )
     priority: int = Field(
         default=0,
@@ -391,9 +433,7 @@ class NodePoolProfileSpec(Model):
     @classmethod
     def _not_empty(cls, value: LabelSelector) -> LabelSelector:
         if value.is_empty():
-            raise ValueError(
-                "must not be empty; to select every node use a matchExpressions Exists on a key every node has"
-            )
+            raise ValueError(PROFILE_SELECTOR_EMPTY)
         return value
 
 
@@ -429,26 +469,26 @@ def _selector(sel: LabelSelector | None) -> Selector | None:
 
 
 def _static_cpu_manager(sel: LabelSelector | None) -> Selector | None:
-    """Unset: the documented label. `{}`: no check (in Kubernetes an empty selector would
-    select everything). No CRD default: a server-filled default would survive a later
-    server-side apply of `{}`, so "off" would not stick."""
+    """Unset: the documented label (no CRD default, so a later server-side apply that sets
+    the field replaces it whole). `{}` is refused by the model and the CRD."""
     if sel is None:
         return Settings().static_cpu_manager
-    core = _selector(sel)
-    return None if core is None or core.empty else core
+    return _selector(sel)
 
 
 def _exclusions(ex: Exclusions | None) -> CoreExclusions:
     if ex is None:
         return CoreExclusions()
+    # An empty exclusion selector matches everything, as in Kubernetes: {} excludes every pod
+    # (or node). Reading it as "no exclusion" would manage what the author meant to keep out.
     pod_sel = _selector(ex.pod_selector)
     node_sel = _selector(ex.node_selector)
     return CoreExclusions(
         namespaces=frozenset(ex.namespaces or ()),
-        pod_selectors=() if pod_sel is None or pod_sel.empty else (pod_sel,),
+        pod_selectors=() if pod_sel is None else (pod_sel,),
         owner_kinds=frozenset(ex.owner_kinds or ()),
         containers=frozenset(ex.containers or ()),
-        node_selectors=() if node_sel is None or node_sel.empty else (node_sel,),
+        node_selectors=() if node_sel is None else (node_sel,),
     )
 
 
