@@ -223,3 +223,40 @@ def test_with_the_status_annotation_off_only_the_limit_is_written(cluster):
         annotations = api.get(pod_path(ns, "quiet"))["metadata"].get("annotations") or {}
         assert "kube-headroom.dev/status" not in annotations
         assert not [r for r in c.logs() if r.get("msg") == "status annotation written"]
+
+
+def test_a_wave_is_one_event_that_kubectl_describe_node_shows(cluster, control_plane):
+    """Four pods land together; the kubelet's answers to each resize requeue the node
+    between writes, and still the wave is told once, on the node, where `kubectl describe
+    node` (which shows only events carrying the node's uid) finds it."""
+    import subprocess
+
+    from chart import TOOLS
+    from cluster_helpers import node_events
+
+    api, ns, make_node, start = cluster
+    node = make_node(cpu="8")
+    with SimulatedKubelet(api, node):
+        names = [f"w{i}" for i in range(4)]
+        for name in names:
+            create_pod(api, ns, node, name, containers=[container(cpu="500m")])
+        start()
+        for name in names:
+            wait_limits(api, ns, name, ["2"], timeout=15)  # S = 8 - 2 = 6, M = 2: 500m + 6 x 500m/2 = 2 each
+        deadline = time.monotonic() + 10
+        while not node_events(api, node):
+            assert time.monotonic() < deadline, "no wave event"
+            time.sleep(0.2)
+        time.sleep(3)  # anything more about this wave would be out by now
+        waves = node_events(api, node)
+        assert len(waves) == 1, [e["note"] for e in waves]
+        assert waves[0]["note"].startswith("adjusted the CPU limit of 4 pods"), waves[0]["note"]
+        uid = api.get(f"/api/v1/nodes/{node}")["metadata"]["uid"]
+        assert waves[0]["regarding"]["uid"] == uid
+        out = subprocess.run(
+            [str(TOOLS / "bin" / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig()), "describe", "node", node],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        events = out.stdout.split("Events:", 1)[1]
+        assert "CPULimitAdjusted" in events and "adjusted the CPU limit of 4 pods" in events, events

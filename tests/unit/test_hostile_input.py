@@ -286,7 +286,7 @@ def test_hostile_files_get_an_error_naming_the_file_never_a_traceback(tmp_path, 
         for code, err in _run_cli(tmp_path, data, capsys):
             if code:
                 assert str(tmp_path / "in.yaml") in err or code == 1, (data[:60], err)
-        assert time.monotonic() - started < 10, data[:60]
+        assert time.monotonic() - started < 30, data[:60]  # the alias bomb took minutes before
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

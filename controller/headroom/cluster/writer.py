@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..core import keys
 from ..core.policy import PodTarget
 from ..core.quantity import format_milli
-from ..core.records import APP, Pod
+from ..core.records import APP, Node, Pod
 from .api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 
 log = logging.getLogger("headroom.writer")
@@ -242,6 +242,7 @@ class _NodeWave:
     """One event for a node's wave of resizes (or, in a dry run, of resizes not made)."""
 
     node: str
+    uid: str
     reason: str
     lead: str  # "adjusted" / "dry-run, not applied: would adjust"
     changes: list[str]
@@ -252,6 +253,8 @@ class _NodeWave:
         shown = ", ".join(self.changes[:20]) + (f" and {n - 20} more" if n > 20 else "")
         note = f"{self.lead} the CPU limit of {n} pod{'s' if n != 1 else ''} ({self.tail}): {shown}"
         regarding = {"apiVersion": "v1", "kind": "Node", "name": self.node}
+        if self.uid:
+            regarding["uid"] = self.uid
         return writer._post_event(regarding, "Normal", self.reason, note, "Resize")
 
     def merge(self, older: LaneItem) -> LaneItem:
@@ -361,9 +364,9 @@ class Writer:
         """Queue an Event about any object (cluster-scoped ones are recorded in `default`)."""
         self.lane.put(None, _Event(regarding, kind, reason, note, action))
 
-    def node_wave(self, node: str, reason: str, lead: str, changes: list[str], tail: str) -> None:
+    def node_wave(self, node: Node, reason: str, lead: str, changes: list[str], tail: str) -> None:
         """Queue the node's one event for a wave of changes; merged with its unsent one."""
-        self.lane.put(("wave", node, reason), _NodeWave(node, reason, lead, list(changes), tail))
+        self.lane.put(("wave", node.name, reason), _NodeWave(node.name, node.uid, reason, lead, list(changes), tail))
 
     def _post_event(self, regarding: dict[str, str], kind: str, reason: str, note: str, action: str) -> bool:
         """Send one Event (the lane holds a token). Best effort: a lost event is only

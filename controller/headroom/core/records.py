@@ -139,6 +139,7 @@ class Node:
     # Limits are only cut (or first set) until it is done.
     resizing: bool = False
     capacity_cpu: int = 0
+    uid: str = ""  # events name it: `kubectl describe node` shows only events with the node's uid
 
 
 @dataclass(slots=True, frozen=True)
@@ -470,6 +471,7 @@ def _node_from_dict(obj: Mapping[str, Any]) -> Node:
         declared_features=tuple(status.get("declaredFeatures") or ()),
         resizing=resizing,
         capacity_cpu=capacity,
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -123,6 +123,19 @@ class _Failed(Exception):
         self.outcome = outcome
 
 
+WAVE_MAX = 30.0  # seconds: a node that never settles still reports its changes this often
+
+
+@dataclass(slots=True)
+class _Wave:
+    """The resizes written on one node since its last wave event."""
+
+    node: Node
+    started: float
+    changes: list[str] = field(default_factory=list)
+    tail: str = ""
+
+
 @dataclass(slots=True)
 class _Continuation:
     """A pass cut short by the node's write budget: the resizes still to write, as decided."""
@@ -163,6 +176,7 @@ class Reconciler:
         self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
         self._continuations: dict[str, _Continuation] = {}
+        self._waves: dict[str, _Wave] = {}  # node -> resizes not yet told in a node event
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
         # What the namespaces' limits.cpu quotas still admit.
         self.quota = QuotaBudget(cache.namespace_limits, cache.pod)
@@ -182,10 +196,24 @@ class Reconciler:
     def node_gone(self, node: str) -> None:
         self._continuations.pop(node, None)
         self._changed_at.pop(node, None)
+        self._waves.pop(node, None)
 
     def reset(self) -> None:
         """A new term as leader: nothing kept from an earlier one is written."""
         self._continuations.clear()
+        self._waves.clear()
+
+    def _settle(self, node: str) -> None:
+        """Send the node's one event for its wave once nothing more is due on the node (no
+        resizes waiting, no change since the last plan), or once the wave is WAVE_MAX old:
+        the pods of one rollout, landing a pass apart, make one event, not one each."""
+        wave = self._waves.get(node)
+        if wave is None:
+            return
+        settled = node not in self._continuations and node not in self._changed_at
+        if settled or self._clock() - wave.started >= WAVE_MAX:
+            del self._waves[node]
+            self.writer.node_wave(wave.node, "CPULimitAdjusted", "adjusted", wave.changes, wave.tail)
 
     def reconcile(self, node_name: str) -> Result:
         view = self.cache.view(node_name)
@@ -207,6 +235,7 @@ class Reconciler:
             self._changed_at.pop(node_name, None)  # this plan sees every change so far
             cont = self._plan(view.node, view.pods, view.namespaces, view.neighbours, settings, result)
             if cont is None:
+                self._settle(node_name)
                 return result
         try:
             self._resize(node_name, cont, result)
@@ -216,6 +245,7 @@ class Reconciler:
         changed = self._changed_at.get(node_name)
         if changed is not None:  # a change arrived while this plan was being written
             result.retry_at(max(0.0, changed + self.config.base.debounce_seconds - self._clock()))
+        self._settle(node_name)
         return result
 
     def _plan(
@@ -282,9 +312,7 @@ class Reconciler:
             if annotation_due(pp.pod, t, settings):
                 self._annotate(plan, pp.pod, t)
         if would:
-            self.writer.node_wave(
-                node.name, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan)
-            )
+            self.writer.node_wave(node, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan))
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Continuation(plan, steps, neighbours) if steps else None
 
@@ -386,7 +414,9 @@ class Reconciler:
                     return
         finally:
             if changes:
-                self.writer.node_wave(node_name, "CPULimitAdjusted", "adjusted", changes, _tail(plan))
+                wave = self._waves.setdefault(node_name, _Wave(plan.node, self._clock()))
+                wave.node, wave.tail = plan.node, _tail(plan)
+                wave.changes += changes
 
     def _held(self, pod: Pod, target: PodTarget, neighbours: Neighbours) -> None:
         quotas = neighbours.limits_quotas(pod.namespace)
