@@ -169,6 +169,7 @@ def test_printer_columns(api: Api, crds_installed):
         assert cols == [
             "Name",
             "Ready",
+            "Heartbeat",
             "Mode",
             "Nodes",
             "Managed",
@@ -177,16 +178,20 @@ def test_printer_columns(api: Api, crds_installed):
             "Pending",
             "Reason",
             "Message",
-            "Heartbeat",
         ]
         wide = [c["name"] for c in t["columnDefinitions"] if c["priority"] == 1]
-        assert wide == ["Pending", "Reason", "Message", "Heartbeat"]
+        assert wide == ["Pending", "Reason", "Message"]
         row = t["rows"][0]["cells"]
-        assert row[:6] == ["cluster", "True", "DryRun", 3, 12, 11] and row[7:10] == [
-            1,
-            "Reconciled",
-            "3 node(s) computed",
-        ]
+        assert (
+            row[:2] == ["cluster", "True"]
+            and row[3:7] == ["DryRun", 3, 12, 11]
+            and row[8:11]
+            == [
+                1,
+                "Reconciled",
+                "3 node(s) computed",
+            ]
+        )
 
         conflict = {
             "type": "Conflict",
@@ -200,6 +205,7 @@ def test_printer_columns(api: Api, crds_installed):
         assert [c["name"] for c in t["columnDefinitions"]] == [
             "Name",
             "Ready",
+            "Heartbeat",
             "Priority",
             "Nodes",
             "Managed",
@@ -211,11 +217,10 @@ def test_printer_columns(api: Api, crds_installed):
             "Pending",
             "Message",
             "Ready Message",
-            "Heartbeat",
         ]
         cells = t["rows"][0]["cells"]
-        assert cells[:4] == ["tbl", None, 7, 0] and cells[8] == "True"  # a conflict reads as one
-        assert cells[11] == conflict["message"]
+        assert cells[:2] == ["tbl", None] and cells[3:5] == [7, 0] and cells[9] == "True"  # a conflict reads as one
+        assert cells[12] == conflict["message"]
     finally:
         api.delete(object_path(cfg))
         api.delete(object_path(prof))

@@ -163,10 +163,17 @@ def test_kubectl_get_wide_shows_healthy_dry_run_paused_conflicting_and_stale(
     profile(api, names["loser"], {"wide": "a"}, priority=1)  # loses node a to wide-a
     kubeconfig = control_plane.kubeconfig()
 
-    def get() -> dict[str, dict[str, str]]:
+    def get(*wide: str) -> dict[str, dict[str, str]]:
         """name -> column -> cell, read by the header's column positions (cells may hold spaces)."""
         r = subprocess.run(
-            [str(TOOLS / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), "get", "hrc,npp", "-o", "wide"],
+            [
+                str(TOOLS / "bin" / "kubectl"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "hrc,npp",
+                *(wide or ("-o", "wide")),
+            ],
             capture_output=True,
             text=True,
             timeout=30,
@@ -209,6 +216,11 @@ def test_kubectl_get_wide_shows_healthy_dry_run_paused_conflicting_and_stale(
         hrc = rows["cluster"]
         assert hrc["READY"] == "True"  # conditions alone still look fine ...
         assert re.fullmatch(r"\d+s", hrc["HEARTBEAT"]) and int(hrc["HEARTBEAT"][:-1]) >= 3  # ... the heartbeat ages
+        # and it shows without -o wide, right beside READY
+        plain = get("--no-headers=false")
+        print("$ kubectl get hrc,npp   # the controller stopped\n" + get.text)  # type: ignore[attr-defined]
+        assert list(plain["cluster"])[:3] == ["NAME", "READY", "HEARTBEAT"]
+        assert list(plain["wide-a"])[:3] == ["NAME", "READY", "HEARTBEAT"]
     finally:
         for n in names.values():
             with contextlib.suppress(ApiError):

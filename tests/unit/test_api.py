@@ -62,6 +62,7 @@ def test_crd_names_columns_and_rules():
     cols = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"]]
     assert cols == [
         "Ready",
+        "Heartbeat",  # a default column: a stopped controller cannot turn Ready False
         "Mode",
         "Nodes",
         "Managed",
@@ -70,12 +71,12 @@ def test_crd_names_columns_and_rules():
         "Pending",
         "Reason",
         "Message",
-        "Heartbeat",
     ]
     wide = [c["name"] for c in hrc["versions"][0]["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Pending", "Reason", "Message", "Heartbeat"]
+    assert wide == ["Pending", "Reason", "Message"]
     assert [c["name"] for c in npp["versions"][0]["additionalPrinterColumns"]] == [
         "Ready",
+        "Heartbeat",
         "Priority",
         "Nodes",
         "Managed",
@@ -87,7 +88,6 @@ def test_crd_names_columns_and_rules():
         "Pending",
         "Message",
         "Ready Message",
-        "Heartbeat",
     ]
     root = hrc["versions"][0]["schema"]["openAPIV3Schema"]
     assert "self.metadata.name == 'cluster'" in root["x-kubernetes-validations"][0]["rule"]

@@ -145,7 +145,9 @@ _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"
 
 
 # An age in `kubectl get -o wide`: the leader renews it every minute, so more means no controller.
-_HEARTBEAT = {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeatTime", "priority": 1}
+# A default column, beside Ready: a controller that stopped cannot turn its own Ready
+# False, so the age of its last heartbeat (renewed every minute) is what shows it.
+_HEARTBEAT = {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeatTime"}
 
 
 def definitions() -> dict[str, dict[str, Any]]:
@@ -158,6 +160,7 @@ def definitions() -> dict[str, dict[str, Any]]:
         HeadroomConfigStatus,
         [
             _ready(),
+            _HEARTBEAT,
             {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
             {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
             {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
@@ -176,7 +179,6 @@ def definitions() -> dict[str, dict[str, Any]]:
                 "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
                 "priority": 1,
             },
-            _HEARTBEAT,
         ],
         "HeadroomConfig is the cluster-wide Headroom configuration; exactly one, named cluster.",
         spec_required=False,
@@ -195,6 +197,7 @@ def definitions() -> dict[str, dict[str, Any]]:
         NodePoolProfileStatus,
         [
             _ready(),
+            _HEARTBEAT,
             {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
             {"name": "Nodes", "type": "integer", "jsonPath": ".status.matchedNodes"},
             {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
@@ -221,7 +224,6 @@ def definitions() -> dict[str, dict[str, Any]]:
                 "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
                 "priority": 1,
             },
-            _HEARTBEAT,
         ],
         "NodePoolProfile overrides Headroom settings for the nodes its selector picks.",
         spec_required=True,
