@@ -396,3 +396,25 @@ def test_plan_and_explain_read_vpas_limit_ranges_and_quotas_from_a_snapshot(tmp_
     assert f"decided by: LimitRange {ns_b}/caps" in r.stdout, r.stdout
     r = headroom("explain", f"{ns_a}/{a['metadata']['name']}", "--snapshot", str(snap))
     assert f"VerticalPodAutoscaler {ns_a}/web sets this pod's CPU limits" in r.stdout, r.stdout
+
+
+def test_plan_says_blocked_not_active_where_nothing_may_be_written(tmp_path):
+    """Without a HeadroomConfig nothing is written: every node's MODE reads Blocked."""
+    from ruamel.yaml import YAML
+
+    docs = list(YAML(typ="safe").load_all((ROOT / "examples" / "cluster-snapshot.yaml").read_text()))
+    kept = [
+        {**doc, "items": [o for o in doc["items"] if o.get("kind") != "HeadroomConfig"]}
+        if isinstance(doc, dict) and "items" in doc
+        else doc
+        for doc in docs
+        if not (isinstance(doc, dict) and doc.get("kind") == "HeadroomConfig")
+    ]
+    snap = tmp_path / "snap.yaml"
+    with snap.open("w") as f:
+        YAML(typ="safe").dump_all(kept, f)
+    r = headroom("plan", "--snapshot", str(snap))
+    assert r.returncode == 0, r.stderr
+    header, *rows = [line.split() for line in r.stdout.split("\n\n")[0].splitlines()]
+    assert header[-1] == "MODE" and rows and {row[-1] for row in rows} == {"Blocked"}
+    assert "no HeadroomConfig" in r.stderr

@@ -288,6 +288,19 @@ def test_config_mode_is_mixed_when_pools_differ():
     status = sw.config_status({"metadata": {"name": "cluster", "generation": 1}})
     assert status["mode"] == "Mixed"
     assert {p["name"]: p["mode"] for p in status["pools"]} == {"(default)": "Active", "batch": "DryRun"}
+    # without a HeadroomConfig nothing is written anywhere: the profile says Blocked, not Active
+    profiles = [
+        {
+            "apiVersion": "kube-headroom.dev/v1alpha1",
+            "kind": "NodePoolProfile",
+            "metadata": {"name": "batch", "generation": 1},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}},
+        }
+    ]
+    blocked = resolve([], profiles)
+    sw = StatusWriter(None, None, lambda kind: [], lambda: blocked, lambda: {})  # type: ignore[arg-type]
+    sw.nodes = {"a": NodeStat(pool="batch", managed=0)}
+    assert sw.profile_status(profiles[0])["mode"] == "Blocked"
 
 
 def test_an_unchanged_status_is_rewritten_once_a_minute_as_a_heartbeat():

@@ -216,7 +216,7 @@ class PoolStatus(Model):
     """Counts for one node pool."""
 
     name: str = Field(description="NodePoolProfile name; (default) for the nodes no profile selects.")
-    mode: Literal["DryRun", "Paused", "Active"] | None = Field(default=None, description="The pool's mode.")
+    mode: Literal["Blocked", "DryRun", "Paused", "Active"] | None = Field(default=None, description="The pool's mode.")
     nodes: int = Field(default=0, ge=0, description="Nodes in the pool.")
     managed_pods: int = Field(default=0, ge=0, description="Managed pods on those nodes.")
 
@@ -248,9 +248,10 @@ class HeadroomConfigStatus(_ControllerStatus):
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled and DryRun.", json_schema_extra=_CONDITIONS
     )
-    mode: Literal["DryRun", "Active", "Paused", "Mixed"] | None = Field(
+    mode: Literal["Blocked", "DryRun", "Active", "Paused", "Mixed"] | None = Field(
         default=None,
-        description="DryRun when no resize is written, Active when every pool writes, Paused when every node's "
+        description="Blocked when nothing may be written (no usable HeadroomConfig: the Ready condition says "
+        "why), DryRun when no resize is written, Active when every pool writes, Paused when every node's "
         "pool is paused, Mixed when pools differ (see pools[].mode).",
     )
     nodes: int | None = Field(default=None, description="Nodes seen.")
@@ -369,7 +370,9 @@ class NodePoolProfileStatus(_ControllerStatus):
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled, Conflict and DryRun.", json_schema_extra=_CONDITIONS
     )
-    mode: Literal["DryRun", "Paused", "Active"] | None = Field(default=None, description="DryRun, Paused or Active.")
+    mode: Literal["Blocked", "DryRun", "Paused", "Active"] | None = Field(
+        default=None, description="Blocked (nothing is written: see the Ready condition), DryRun, Paused or Active."
+    )
     matched_nodes: int | None = Field(default=None, description="Nodes this profile wins.")
     managed_pods: int | None = Field(default=None, description="Managed pods on those nodes.")
     pending_resizes: int | None = Field(default=None, description="Resizes written but not yet applied.")

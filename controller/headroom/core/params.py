@@ -61,7 +61,10 @@ class Settings:
 
     @property
     def mode(self) -> str:
-        """DryRun, Paused or Active: how `plan`, status and the printer columns name it."""
+        """Blocked (nothing may be written: no usable configuration), DryRun, Paused or
+        Active: how `plan`, status and the printer columns name it."""
+        if self.blocked is not None:
+            return "Blocked"
         return "DryRun" if self.dry_run else "Paused" if self.paused else "Active"
 
 

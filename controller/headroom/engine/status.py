@@ -248,7 +248,15 @@ class StatusWriter:
             "observedGeneration": int(obj["metadata"].get("generation") or 0),
             "conditions": conds,
             # Mixed when pools differ (a dry-run or paused pool in an active cluster).
-            "mode": "DryRun" if dry_run else used.pop() if len(used) == 1 else "Mixed" if used else "Active",
+            "mode": "Blocked"
+            if resolver.base.blocked is not None
+            else "DryRun"
+            if dry_run
+            else used.pop()
+            if len(used) == 1
+            else "Mixed"
+            if used
+            else "Active",
             "nodes": len(self.nodes),
             "managedPods": sum(s.managed for s in self.nodes.values()),
             "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
@@ -313,7 +321,7 @@ class StatusWriter:
         status: dict[str, Any] = {
             "observedGeneration": generation,
             "conditions": conds,
-            "mode": "DryRun" if dry_run else "Paused" if paused else "Active",
+            "mode": "Blocked" if blocked is not None else "DryRun" if dry_run else "Paused" if paused else "Active",
             "matchedNodes": len(mine),
             "managedPods": sum(s.managed for s in stats),
             "pendingResizes": sum(s.pending for s in stats),
