@@ -215,7 +215,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         api = Api(connect(args.kubeconfig, args.context))
         findings = []
         for finding in checks(
-            api, args.lease_namespace or _own_namespace(), args.webhook_configuration or None, args.lease_name
+            api, args.lease_namespace, args.webhook_configuration or None, args.lease_name, _own_namespace()
         ):
             print(finding)
             findings.append(finding)
@@ -392,9 +392,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="preflight: what in this cluster would stop Headroom or surprise its users")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--lease-namespace", help="where the controller's Lease lives (default: the pod's, else default)")
     p.add_argument(
-        "--lease-name", help="the controller's Lease (default: the chart's release names, then kube-headroom)"
+        "--lease-namespace",
+        help="where the controller's Lease lives (default: found from the chart's Deployment in any namespace, "
+        "else the pod's own, else default)",
+    )
+    p.add_argument(
+        "--lease-name",
+        help="the controller's Lease (default: the chart's Deployment's --lease-name, then kube-headroom)",
     )
     p.add_argument(
         "--webhook-configuration",

@@ -121,3 +121,63 @@ def test_doctor_says_whether_a_controller_is_leading(control_plane, api, headroo
         )
     finally:
         api.delete("/apis/apps/v1/namespaces/default/deployments/kube-headroom")
+
+
+def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_is_no_config(
+    control_plane, api, crds_installed
+):
+    """The documented install: release `headroom` in namespace `kube-headroom`. doctor,
+    run with no flags from a workstation, finds its Deployment and its Lease there; and
+    before anything else it says that without a HeadroomConfig nothing is written."""
+    import contextlib
+    import datetime
+
+    from headroom.cluster.api import ApiError
+
+    with contextlib.suppress(ApiError):
+        api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")
+    ns = "kube-headroom"
+    with contextlib.suppress(ApiError):
+        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    labels = {"app.kubernetes.io/name": "kube-headroom", "app.kubernetes.io/instance": "headroom"}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "headroom", "namespace": ns, "labels": labels},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "controller",
+                            "image": "x",
+                            "args": ["run", f"--lease-namespace={ns}", "--lease-name=headroom"],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "headroom", "namespace": ns},
+        "spec": {"holderIdentity": "headroom-abc", "leaseDurationSeconds": 15, "renewTime": now},
+    }
+    api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", dep)
+    api.post(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", lease)
+    try:
+        out = doctor(control_plane.kubeconfig()).stdout
+        first = out.splitlines()[0]
+        assert first.startswith("FAIL  config: no HeadroomConfig named 'cluster': nothing is written"), out
+        assert f"ok    leader: Lease {ns}/headroom held by headroom-abc" in out, out
+        assert f"Deployment {ns}/headroom has 0 of 2 replicas ready" in out, out
+    finally:
+        with contextlib.suppress(ApiError):
+            api.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/headroom")
+        with contextlib.suppress(ApiError):
+            api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/headroom")

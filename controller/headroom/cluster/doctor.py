@@ -163,6 +163,61 @@ def _age(stamp: str | None) -> float | None:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
+CHART_LABEL = "app.kubernetes.io/name=kube-headroom"
+
+
+def _flag(args: list[Any], name: str) -> str | None:
+    """The value of `--name=value` (or `--name value`) in a container's args."""
+    for i, a in enumerate(args):
+        if not isinstance(a, str):
+            continue
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+        if a == f"--{name}" and i + 1 < len(args) and isinstance(args[i + 1], str):
+            return str(args[i + 1])
+    return None
+
+
+def find_install(api: Api) -> tuple[str, str | None] | None:
+    """Where the chart runs the controller: (namespace, Lease name) from its Deployment's
+    own `--lease-namespace`/`--lease-name`, found by the chart's label in any namespace.
+    None when there is none, or the identity may not list Deployments cluster-wide."""
+    try:
+        deps = api.get("/apis/apps/v1/deployments", {"labelSelector": CHART_LABEL}).get("items") or []
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            return None
+        raise
+    for d in sorted(deps, key=lambda d: (d["metadata"].get("namespace", ""), d["metadata"]["name"])):
+        namespace = d["metadata"].get("namespace") or "default"
+        for c in ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+            args = [*(c.get("command") or []), *(c.get("args") or [])]
+            if "run" in args:
+                return _flag(args, "lease-namespace") or namespace, _flag(args, "lease-name")
+        return namespace, None
+    return None
+
+
+def config_check(api: Api) -> Iterator[Finding]:
+    """The first thing to know: without a HeadroomConfig nothing is written at all."""
+    try:
+        api.get(f"/apis/{keys.API_VERSION}/headroomconfigs/{keys.SINGLETON_NAME}")
+    except ApiError as exc:
+        if exc.status == 404:
+            yield Finding(
+                FAIL,
+                "config",
+                f"no HeadroomConfig named '{keys.SINGLETON_NAME}': nothing is written anywhere; apply one "
+                "(examples/headroomconfig.yaml; start with spec.dryRun: true)",
+            )
+        elif exc.status in (401, 403):
+            yield _unreadable("config", f"HeadroomConfig {keys.SINGLETON_NAME}")
+        else:
+            yield Finding(FAIL, "config", f"cannot read HeadroomConfig {keys.SINGLETON_NAME}: {exc.message}")
+        return
+    yield Finding(OK, "config", f"HeadroomConfig {keys.SINGLETON_NAME} exists")
+
+
 def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Iterator[Finding]:
     """Is a controller running and leading? The Deployment's ready replicas and the Lease's
     last renewal — a stopped controller leaves its objects' conditions as they were."""
@@ -230,8 +285,21 @@ def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Itera
 
 
 def checks(
-    api: Api, lease_namespace: str = "default", webhook: str | None = "headroom", lease_name: str | None = None
+    api: Api,
+    lease_namespace: str | None = "default",
+    webhook: str | None = "headroom",
+    lease_name: str | None = None,
+    fallback_namespace: str = "default",
 ) -> Iterator[Finding]:
+    """Every finding, most important first. With `lease_namespace` None, the controller's
+    namespace and Lease are found from the chart's Deployment (else `fallback_namespace`)."""
+    yield from config_check(api)
+    if lease_namespace is None:
+        found = find_install(api)
+        if found is not None:
+            lease_namespace, lease_name = found[0], lease_name or found[1]
+        else:
+            lease_namespace = fallback_namespace
     facts = discover(api)
     version = facts.version
     if version is None or version < (1, 35):
