@@ -40,6 +40,8 @@ def test_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
         a = start_controller("--identity", "replica-a")
         a.wait_for_log("became leader")
         b = start_controller("--identity", "replica-b")
+        waiting = b.wait_for_log("standby: waiting for the Lease")  # a standby says so, once
+        assert waiting.get("holder") == "replica-a", waiting
         wait_limits(api, namespace, "first", ["5"], timeout=10)
         wait_node_event(api, node)  # A's event follows its resize
         assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-a"

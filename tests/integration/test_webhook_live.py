@@ -84,6 +84,8 @@ def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
             f"max {p99['before'] * 1000:.1f} -> {p99['during'] * 1000:.1f} ms with 65 idle or stalled connections"
         )
         assert all(m for m, _ in before + during), "a pod was created without its limit: the webhook did not answer"
+        given = [r for r in c.logs() if r.get("msg") == "new pod given cpu limits"]
+        assert {r["pod"] for r in given} >= {f"before-{i}" for i in range(20)}, given[:2]  # named, not "p" prefixes
         assert p99["during"] < p99["before"] + 0.5, p99  # the API server gives up at 2 s
         ca = control_plane.ca_file.read_bytes()
         assert https(port, b"not json", ca) == 400

@@ -104,13 +104,19 @@ def duration(max_seconds: float, min_seconds: float = 0.0) -> Any:
         WithJsonSchema(
             {
                 "type": "string",
-                "pattern": DURATION_PATTERN,
                 "maxLength": DURATION_MAX_LENGTH,
+                # The shape as a CEL rule rather than an OpenAPI `pattern`, so the server's
+                # message can give an example instead of quoting the regular expression.
                 "x-kubernetes-validations": [
                     {
-                        "rule": f"duration(self) >= duration('{lo}') && duration(self) <= duration('{hi}')",
+                        "rule": f"self.matches(r'{DURATION_PATTERN}')",
+                        "message": "must be a duration such as 2s, 500ms or 1m30s (units ms, s, m, h)",
+                    },
+                    {
+                        "rule": f"!self.matches(r'{DURATION_PATTERN}') || "
+                        f"(duration(self) >= duration('{lo}') && duration(self) <= duration('{hi}'))",
                         "message": f"must be between {lo} and {hi}",
-                    }
+                    },
                 ],
             }
         ),

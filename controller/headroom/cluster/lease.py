@@ -42,6 +42,7 @@ class LeaderElector:
     _observed_at: float = 0.0
     _expires_at: float = 0.0
     _leading: bool = False
+    _waiting_for: str | None = None  # the holder a standby last said it waits for
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -95,7 +96,14 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         self._expires_at = self._observed_at + duration
         if holder and holder != self.identity and now < self._expires_at:
+            if holder != self._waiting_for:  # said once per holder, not per retry
+                self._waiting_for = holder
+                log.info(
+                    "standby: waiting for the Lease",
+                    extra={"lease": f"{self.namespace}/{self.name}", "holder": holder, "identity": self.identity},
+                )
             return False  # someone else holds a live lease
+        self._waiting_for = None
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
         lease["spec"] = self._spec(transitions, spec.get("acquireTime") if holder == self.identity else None)
         try:

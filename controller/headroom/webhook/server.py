@@ -60,13 +60,24 @@ def review_response(
             if ops:
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+                meta = pod.get("metadata") or {}
                 log.info(
                     "new pod given cpu limits",
                     extra={
                         "namespace": ns_name,
                         "ops": ops,
-                        "pod": (pod.get("metadata") or {}).get("generateName")
-                        or (pod.get("metadata") or {}).get("name"),
+                        # A pod made from generateName has no name yet at admission: the
+                        # prefix and the owner say whose it is, the request uid which one.
+                        "pod": meta.get("name") or f"{meta.get('generateName') or ''}*",
+                        "owner": next(
+                            (
+                                f"{o.get('kind')}/{o.get('name')}"
+                                for o in meta.get("ownerReferences") or ()
+                                if isinstance(o, dict)
+                            ),
+                            None,
+                        ),
+                        "uid": response["uid"],
                     },
                 )
     except Exception:  # never block a pod on our own bug
