@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 
 from cluster_helpers import register_webhook
 from factories import container, pod
-from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, ApiError, pod_path
+from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.sim.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -77,3 +78,76 @@ def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
             api.delete(f"{WEBHOOK}/{name}")
         with contextlib.suppress(ApiError):
             api.delete(f"/api/v1/namespaces/{other}")
+
+
+def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
+    control_plane, api, namespace, make_node, headroom_config, start_controller, tmp_path
+):
+    """The chart's ValidatingAdmissionPolicy, on the real API server, for the chart's own
+    ServiceAccount: an image, a label or a foreign annotation changed with its token is
+    refused; the controller, running as that identity, still resizes and annotates."""
+    import uuid
+
+    from chart import find, render
+    from cluster_helpers import create_pod, wait_annotation, wait_limits
+    from headroom.cluster.api import connect, object_path
+    from headroom.sim.kubelet import SimulatedKubelet
+
+    ns = release = f"vap-{uuid.uuid4().hex[:6]}"
+    api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    docs = render(namespace=ns, release=release)
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    kinds += ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    applied = [d for d in docs if d["kind"] in kinds]
+    for doc in applied:
+        api.apply(doc, "headroom-tests")
+    try:
+        (sa,) = find(docs, "ServiceAccount")
+        token = api.post(
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{sa['metadata']['name']}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+        )["status"]["token"]
+        kubeconfig = control_plane.kubeconfig(token, tmp_path / "sa-kubeconfig")
+        as_sa = Api(connect(str(kubeconfig)))
+        headroom_config()
+        node = make_node(cpu="8")
+        with SimulatedKubelet(api, node):
+            create_pod(api, namespace, node, "web", containers=[container(cpu="500m")])
+            path = pod_path(namespace, "web")
+
+            def refused(body: dict) -> str | None:
+                try:
+                    as_sa.patch(path, body, STRATEGIC_PATCH)  # containers merge by name
+                except ApiError as exc:
+                    return exc.message
+                return None
+
+            image = {"spec": {"containers": [{"name": "app", "image": "attacker.example/miner:1"}]}}
+            deadline = time.monotonic() + 20
+            while (why := refused(image)) is None or "ValidatingAdmissionPolicy" not in why:
+                assert time.monotonic() < deadline, f"the image change is still let through: {why}"
+                api.patch(
+                    path,
+                    {"spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]}},
+                    STRATEGIC_PATCH,
+                )
+                time.sleep(0.5)
+            assert "may not change a pod's spec" in why, why
+            assert "may change only kube-headroom.dev/ annotations" in (
+                refused({"metadata": {"annotations": {"example.com/owner": "me"}}}) or ""
+            )
+            assert "may not change" in (refused({"metadata": {"labels": {"app": "other"}}}) or "")
+            assert refused({"metadata": {"annotations": {"kube-headroom.dev/status": "{}"}}}) is None
+            # the controller, as this identity, writes its limit and its status annotation
+            start_controller("--lease-namespace", ns, kubeconfig=kubeconfig)
+            wait_limits(api, namespace, "web", ["5"], timeout=20)
+            assert '"target":"5000m"' in wait_annotation(api, namespace, "web", timeout=20)
+            got = api.get(path)
+            assert got["spec"]["containers"][0]["image"] == "registry.example/app:1"
+    finally:
+        for doc in applied:
+            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding") or doc["kind"].startswith("Validating"):
+                with contextlib.suppress(ApiError):
+                    api.delete(object_path(doc))
+        with contextlib.suppress(ApiError):
+            api.delete(f"/api/v1/namespaces/{ns}")

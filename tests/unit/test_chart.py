@@ -22,8 +22,19 @@ def test_helm_lint_strict():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+NETPOL = ("networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.10/32")
+
+
 @pytest.mark.parametrize(
-    "sets", [(), FULL, ("webhook.certManager.enabled=true",), ("webhook.enabled=false", "headroomConfig.create=false")]
+    "sets",
+    [
+        (),
+        FULL,
+        ("webhook.certManager.enabled=true",),
+        ("webhook.enabled=false", "headroomConfig.create=false"),
+        NETPOL,
+        ("admissionPolicy.enabled=false",),
+    ],
 )
 def test_render_passes_kubernetes_validate_strict(sets):
     for doc in render(*sets):
@@ -253,3 +264,30 @@ def test_every_dashboard_query_parses_as_promql(tmp_path):
     path.write_text(json.dumps(rules))
     r = subprocess.run([str(PROMTOOL), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_validating_admission_policy_limits_the_controllers_pod_writes_by_default():
+    docs = render()
+    (policy,) = find(docs, "ValidatingAdmissionPolicy")
+    (binding,) = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    (cond,) = policy["spec"]["matchConditions"]
+    (sa,) = find(docs, "ServiceAccount")
+    assert f'"system:serviceaccount:kube-headroom:{sa["metadata"]["name"]}"' in cond["expression"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]  # not pods/resize
+    assert not find(render("admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+
+
+def test_the_network_policy_is_a_switch_that_needs_the_api_servers_peers():
+    assert not find(render(), "NetworkPolicy")
+    (pol,) = find(
+        render(*NETPOL, "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"), "NetworkPolicy"
+    )
+    rules = {r["ports"][0]["port"]: r.get("from") for r in pol["spec"]["ingress"]}
+    assert rules == {
+        9443: [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
+        8080: [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
+        8081: None,  # the kubelet's probes, from the node
+    }
+    r = helm("template", "t", str(CHART), "--set", "networkPolicy.enabled=true")
+    assert r.returncode != 0 and "networkPolicy.webhookFrom is empty" in r.stderr

@@ -238,6 +238,8 @@ _PLURALS = {
     "RoleBinding": "rolebindings",
     "ServiceAccount": "serviceaccounts",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
 _CLUSTER_SCOPED = {
     "Node",
@@ -248,6 +250,8 @@ _CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 
 
