@@ -13,6 +13,7 @@ from .api import crds
 from .api.validate import UnreadableFile, merge_problems, validate_file
 from .core import keys
 from .core.capabilities import parse_version, pod_level_resize
+from .core.eligibility import namespace_managed, opt_in_near_miss
 from .core.planner import ClusterPlan, plan_cluster
 from .sim.snapshot import SnapshotError, load_snapshot
 
@@ -46,6 +47,10 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
         print(f"warning: {problem}", file=sys.stderr)
     if resolver.base.blocked is not None:
         print(f"warning: nothing would be written: {resolver.base.blocked}", file=sys.stderr)
+    for ns in sorted(snap.namespaces.values(), key=lambda n: n.name):
+        miss = None if namespace_managed(ns, resolver.base) else opt_in_near_miss(ns)
+        if miss is not None:
+            print(f"warning: {miss}", file=sys.stderr)
     return plan_cluster(
         snap.nodes,
         snap.pods,

@@ -62,8 +62,18 @@ def test_doctor_reports_quota_limitrange_and_vpa_as_handled_and_finds_missing_rb
         api, namespace, make_node(cpu="4"), "web-5d8f-a", owner_kind="ReplicaSet", owner_name="web-5d8f", labels=labels
     )
 
+    api.post(
+        "/api/v1/namespaces",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": f"{namespace}-typo", "labels": {"kube-headroom.dev/mode": "manged"}},
+        },
+    )
     as_admin = doctor(control_plane.kubeconfig())
     out = as_admin.stdout
+    assert f"WARN  namespaces: namespace {namespace}-typo has the label kube-headroom.dev/mode=manged" in out, out
+    api.delete(f"/api/v1/namespaces/{namespace}-typo")
     assert f"ok    server: {K8S_VERSION}" in out and "ok    pods/resize: served" in out
     # What the controller now handles itself is information, not a warning.
     assert f"info  resourcequota: {namespace}/q limits limits.cpu to 4: raises stay inside" in out, out

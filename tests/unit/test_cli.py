@@ -418,3 +418,20 @@ def test_plan_says_blocked_not_active_where_nothing_may_be_written(tmp_path):
     header, *rows = [line.split() for line in r.stdout.split("\n\n")[0].splitlines()]
     assert header[-1] == "MODE" and rows and {row[-1] for row in rows} == {"Blocked"}
     assert "no HeadroomConfig" in r.stderr
+
+
+def test_plan_warns_about_a_namespace_label_that_nearly_opts_in(tmp_path):
+    snap = tmp_path / "snap.yaml"
+    snap.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: typo-value, labels: {kube-headroom.dev/mode: manged}}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: typo-key, labels: {kube-headrom.dev/mode: managed}}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: fine, labels: {kube-headroom.dev/mode: managed}}\n"
+    )
+    r = headroom("plan", "--snapshot", str(snap))
+    assert r.returncode == 0, r.stderr
+    assert (
+        "warning: namespace typo-value has the label kube-headroom.dev/mode=manged, which is not the opt-in" in r.stderr
+    )
+    assert "kubectl label namespace typo-key kube-headrom.dev/mode- kube-headroom.dev/mode=managed" in r.stderr
+    assert "namespace fine" not in r.stderr

@@ -11,7 +11,7 @@ from typing import Any
 from cryptography import x509
 
 from ..core import keys
-from ..core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed
+from ..core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed, opt_in_near_miss
 from ..core.planner import plan_cluster
 from ..core.quantity import format_milli
 from .api import Api, ApiError
@@ -350,6 +350,11 @@ def checks(
         "namespaces",
         f"{len(managed)} managed" if managed else "none managed: label one kube-headroom.dev/mode=managed",
     )
+    for name in sorted(snap.namespaces):
+        namespace = snap.namespaces[name]
+        miss = None if namespace_managed(namespace, settings) else opt_in_near_miss(namespace)
+        if miss is not None:
+            yield Finding(WARN, "namespaces", miss)
 
     # What the controller does about its neighbours, decided by the same code: information.
     n = snap.neighbours

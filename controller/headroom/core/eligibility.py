@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from . import keys
@@ -65,6 +66,37 @@ def namespace_managed(ns: Namespace | None, settings: Settings) -> bool:
         return True
     sel = settings.namespace_selector
     return sel is not None and sel.matches(ns.labels)
+
+
+def opt_in_near_miss(ns: Namespace) -> str | None:
+    """A namespace label that looks like the opt-in but is not it — any value of
+    `kube-headroom.dev/mode` but the two words, or a key within a typo of it: what it says
+    and what to write instead; None when there is none. Only the exact
+    `kube-headroom.dev/mode=managed` opts a namespace in, so a near miss silently leaves it
+    unmanaged."""
+    want = f"{keys.MODE_KEY}={keys.MODE_MANAGED}"
+    for key, value in ns.labels.items():
+        if key == keys.MODE_KEY:
+            if value in (keys.MODE_MANAGED, keys.MODE_UNMANAGED):
+                return None
+            fix = f"kubectl label namespace {ns.name} --overwrite {want}"
+            break
+        if isinstance(key, str) and _close(key.lower(), keys.MODE_KEY) and keys.MODE_KEY not in ns.labels:
+            fix = f"kubectl label namespace {ns.name} {key}- {want}"
+            break
+    else:
+        return None
+    return (
+        f"namespace {ns.name} has the label {key}={value}, which is not the opt-in, so it is not managed; "
+        f"if it should be, label it {want} ({fix})"
+    )
+
+
+def _close(text: str, target: str) -> bool:
+    """`target` in other letter case, or within a typo or two of it."""
+    if abs(len(text) - len(target)) > 2:
+        return False
+    return text == target or difflib.SequenceMatcher(None, text, target).ratio() >= 0.9
 
 
 def node_excluded(labels: Mapping[str, str], settings: Settings) -> bool:
