@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__, output
 from .api import crds
-from .api.validate import UnreadableFile, merge_problems, validate_file
+from .api.validate import UnreadableFile, merge_problems, tie_warnings, validate_file
 from .core import keys
 from .core.capabilities import parse_version, pod_level_resize
 from .core.eligibility import namespace_managed, opt_in_near_miss
@@ -112,7 +112,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(p)
         if problems and status == 0:
             status = 1
-    live = None
+    live, node_labels = None, None
     if args.live:
         from .cluster.api import Api, ApiError, connect
 
@@ -121,6 +121,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
             live = api.get(f"/apis/{keys.API_VERSION}/headroomconfigs").get("items") or []
         except ApiError as exc:
             raise UsageError(f"--live: cannot read the cluster's HeadroomConfig: {exc}") from None
+        try:  # for profiles that tie on the same nodes; without it only identical selectors are caught
+            nodes = api.get("/api/v1/nodes").get("items") or []
+            node_labels = [(n.get("metadata") or {}).get("labels") or {} for n in nodes]
+        except ApiError as exc:
+            print(
+                f"note: --live: nodes not read ({exc.status} {exc.reason}): ties are checked offline", file=sys.stderr
+            )
+    for warning in tie_warnings(valid, node_labels):
+        print(warning, file=sys.stderr)
     merged = merge_problems(valid, live)
     for p in merged:
         print(p)

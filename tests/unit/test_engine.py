@@ -403,3 +403,36 @@ def test_the_lane_survives_a_crashing_write_and_drops_everything_on_a_lost_lease
     stop.set()
     t.join(5)
     assert sent == [] and lane.depth() == 0  # the next leader recomputes; nothing stale is sent
+
+
+def test_profiles_that_tie_on_a_node_both_say_so():
+    """Same priority, same nodes: the name that sorts first wins; the loser's Conflict says
+    it lost only by name, the winner's says whom it beat that way; validate warns before."""
+    from headroom.api.resolve import resolve
+    from headroom.api.validate import tie_warnings
+    from headroom.engine.status import StatusWriter
+
+    def prof(name):
+        return {
+            "apiVersion": "kube-headroom.dev/v1alpha1",
+            "kind": "NodePoolProfile",
+            "metadata": {"name": name, "generation": 1},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "batch"}}},
+        }
+
+    config = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
+    res = resolve([config], [prof("alpha"), prof("zeta")])
+    labels = {"n1": {"pool": "batch"}, "n2": {"pool": "batch"}}
+    sw = StatusWriter(None, None, lambda kind: [], lambda: res, lambda: labels)  # type: ignore[arg-type]
+
+    def conflict(name):
+        return next(c for c in sw.profile_status(prof(name))["conditions"] if c["type"] == "Conflict")
+
+    loser, winner = conflict("zeta"), conflict("alpha")
+    assert loser["status"] == "True" and "'alpha' on 2 node(s) (the same priority" in loser["message"], loser
+    assert winner["status"] == "False" and winner["reason"] == "WinsTie" and "'zeta' on 2 node(s)" in winner["message"]
+    (warning,) = tie_warnings([("f.yaml", prof("zeta")), ("f.yaml", prof("alpha"))])
+    assert "NodePoolProfile/alpha and NodePoolProfile/zeta have the same nodeSelector at priority 0" in warning
+    assert tie_warnings([("f", prof("zeta")), ("f", prof("alpha"))], [{"pool": "batch"}, {"pool": "other"}])[0].count(
+        "1 node(s)"
+    )

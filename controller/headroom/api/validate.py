@@ -248,3 +248,40 @@ def merge_problems(valid: list[tuple[str, Any]], live_configs: list[Any] | None 
             line, col = _position(obj, tuple(exc.path.split(".")))
             out.append(Problem(file, line, col, f"{keys.PROFILE_KIND}/{name}", exc.path, exc.detail))
     return out
+
+
+def tie_warnings(valid: list[tuple[str, Any]], nodes: list[Any] | None = None) -> list[str]:
+    """Profiles of the same priority that select the same nodes: the name that sorts first
+    wins them, which is rarely what was meant. With `nodes` (`--live`), the nodes both
+    select are counted; offline, only profiles with the very same selector are certain to
+    meet. Warnings, not errors: the server accepts both."""
+    from .models import NodePoolProfile, profile_from
+
+    profiles = []
+    for _, obj in valid:
+        if obj.get("kind") == keys.PROFILE_KIND:
+            try:
+                profiles.append(profile_from(NodePoolProfile.model_validate(obj)))
+            except (ValidationError, ValueError):
+                continue
+    out = []
+    for i, a in enumerate(profiles):
+        for b in profiles[i + 1 :]:
+            if a.priority != b.priority or a.name == b.name:
+                continue
+            first, second = sorted((a.name, b.name))
+            if nodes is not None:
+                both = sum(1 for labels in nodes if a.node_selector.matches(labels) and b.node_selector.matches(labels))
+                if not both:
+                    continue
+                where = f"both select {both} node(s) of the cluster"
+            elif a.node_selector == b.node_selector:
+                where = "have the same nodeSelector"
+            else:
+                continue
+            out.append(
+                f"warning: NodePoolProfile/{first} and NodePoolProfile/{second} {where} at priority {a.priority}: "
+                f"{first} wins them only because its name sorts first; give the one that should win a higher "
+                "spec.priority"
+            )
+    return out

@@ -296,20 +296,45 @@ class StatusWriter:
         conds = self._conditions(key, obj, mine, dry_run, blocked)
         generation = int(obj["metadata"].get("generation") or 0)
         lost: dict[str, int] = {}
+        tied: dict[str, int] = {}  # profiles of the same priority this one wins nodes from by name alone
         if profile is not None:
             for _node, lab in labels.items():
                 matching = resolver.matching(lab)
                 if profile in matching and matching[0] is not profile:
                     lost[matching[0].name] = lost.get(matching[0].name, 0) + 1
+                elif matching and matching[0] is profile:
+                    for other in matching[1:]:
+                        if other.priority == profile.priority:
+                            tied[other.name] = tied.get(other.name, 0) + 1
+        by_name = {p.name: p for p in resolver.profiles}
         if lost:
-            winners = ", ".join(f"'{w}' on {n} node(s)" for w, n in sorted(lost.items()))
+            winners = ", ".join(
+                f"'{w}' on {n} node(s)"
+                + (
+                    " (the same priority: it wins only because its name sorts first)"
+                    if profile is not None and by_name[w].priority == profile.priority
+                    else " (higher priority)"
+                )
+                for w, n in sorted(lost.items())
+            )
             conds.append(
                 _cond(
                     "Conflict",
                     "True",
                     "Overlap",
-                    f"selects {sum(lost.values())} node(s) another profile wins: {winners} "
-                    "(higher priority, or the same priority and a name sorting first)",
+                    f"selects {sum(lost.values())} node(s) another profile wins: {winners}",
+                    generation,
+                )
+            )
+        elif tied:
+            others = ", ".join(f"'{o}' on {n} node(s)" for o, n in sorted(tied.items()))
+            conds.append(
+                _cond(
+                    "Conflict",
+                    "False",
+                    "WinsTie",
+                    f"wins nodes that profiles of the same priority also select only because its name sorts "
+                    f"first: {others}; set spec.priority to say which should win",
                     generation,
                 )
             )
