@@ -50,7 +50,14 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM)
+# The real test node's runtime parts from Debian: runc, the CNI plugins (bridge, host-local,
+# loopback) and a static busybox for the test image (tests/integration/test_realnode.py).
+NODE_DEBS := runc containernetworking-plugins busybox-static
+NODE_FILES := /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox
+$(NODE_FILES):
+	apt-get install -y -qq $(NODE_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(NODE_DEBS) >/dev/null; }
+
+tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES)
 
 # The older Kubernetes releases pinned in tests/testenv (pin.sh); the newest is go.mod's.
 OLDER_K8S := v1.35.4 v1.36.3
@@ -60,6 +67,7 @@ PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 # the newest release and the version-sensitive tests on the older ones.
 test: lint tools
 	tests/testenv/build.sh >/dev/null
+	tests/realnode/build.sh >/dev/null
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) -m version_sensitive tests/integration || exit 1; done
@@ -67,6 +75,7 @@ test: lint tools
 # The whole integration suite on every pinned release.
 test-matrix: lint tools
 	tests/testenv/build.sh >/dev/null
+	tests/realnode/build.sh >/dev/null
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) tests/integration || exit 1; done

@@ -11,11 +11,11 @@ from typing import Any
 from . import __version__, output
 from .api import crds
 from .api.validate import UnreadableFile, merge_problems, tie_warnings, validate_file
+from .cluster.snapshot import SnapshotError, load_snapshot
 from .core import keys
 from .core.capabilities import parse_version, pod_level_resize
 from .core.eligibility import namespace_managed, opt_in_near_miss
 from .core.planner import ClusterPlan, plan_cluster
-from .sim.snapshot import SnapshotError, load_snapshot
 
 
 class UsageError(Exception):
@@ -241,8 +241,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
 
     from .cluster.api import ApiError
-    from .sim.controlplane import ControlPlaneError
     from .sim.demo import run_demo
+    from .testbed.controlplane import ControlPlaneError
 
     try:
         return run_demo(Path(args.snapshot), args.seconds)

@@ -21,7 +21,7 @@ from ruamel.yaml import YAML
 from chart import render
 from faultproxy import FaultProxy
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
-from headroom.sim.controlplane import ControlPlane, build, free_port
+from headroom.testbed.controlplane import ControlPlane, build, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -230,6 +230,33 @@ def start_controller(
             or r.get("level") == "raw"
         ]
         assert not crashed, crashed
+
+
+@pytest.fixture
+def webhook_controller(
+    control_plane: ControlPlane, api: Api, start_controller: Callable[..., RunningController], tmp_path: Path
+) -> Iterator[Callable[..., tuple[RunningController, int]]]:
+    """Start a controller that serves its webhook with a certificate from the test CA, and
+    register it with the API server as MutatingWebhookConfiguration `<prefix>-<port>`
+    (removed afterwards): (controller, port)."""
+    from cluster_helpers import register_webhook
+
+    registered: list[str] = []
+
+    def serve(prefix: str, *args: str) -> tuple[RunningController, int]:
+        certs = tmp_path / f"webhook-{len(registered)}"
+        certs.mkdir()
+        control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
+        port = free_port()
+        c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs), *args)
+        registered.append(f"{prefix}-{port}")
+        register_webhook(api, registered[-1], port, control_plane.ca_file.read_bytes())
+        return c, port
+
+    yield serve
+    for name in registered:
+        with contextlib.suppress(ApiError):
+            api.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
 
 
 @pytest.fixture

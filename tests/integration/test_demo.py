@@ -11,8 +11,8 @@ from ruamel.yaml import YAML
 
 from cluster_helpers import K8S_MINOR, K8S_VERSION
 from headroom.api import crds
-from headroom.sim.controlplane import ControlPlane, build
 from headroom.sim.demo import _wait_established, load
+from headroom.testbed.controlplane import ControlPlane, build
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "examples" / "cluster-snapshot.yaml"

@@ -7,10 +7,8 @@ import time
 
 import pytest
 
-from cluster_helpers import register_webhook
 from factories import container, pod
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
-from headroom.sim.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -44,17 +42,11 @@ def test_the_controller_identity_cannot_update_pods_patch_nodes_or_read_secrets(
 
 
 def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
-    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path
+    api, namespace, headroom_config, webhook_controller, make_node
 ):
     make_node()  # the webhook decides with the nodes a pod can land on: there must be one
     headroom_config(webhook={"initialMultiplier": 3})
-    certs = tmp_path / "webhook"
-    certs.mkdir()
-    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])  # tls.crt, tls.key
-    port = free_port()
-    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
-    name = f"headroom-test-{port}"
-    register_webhook(api, name, port, control_plane.ca_file.read_bytes())
+    c, _ = webhook_controller("headroom-test")
     other = f"{namespace}-plain"
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
     try:
@@ -74,8 +66,6 @@ def test_webhook_gives_new_pods_a_limit_and_never_blocks_them(
         unboosted = create(namespace, "unboosted")
         assert "limits" not in unboosted["spec"]["containers"][0]["resources"]
     finally:
-        with contextlib.suppress(ApiError):
-            api.delete(f"{WEBHOOK}/{name}")
         with contextlib.suppress(ApiError):
             api.delete(f"/api/v1/namespaces/{other}")
 

@@ -19,8 +19,8 @@ from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
 from headroom.core.quantity import cpu_milli
-from headroom.sim.controlplane import ADMIN_TOKEN
 from headroom.sim.kubelet import SimulatedKubelet
+from headroom.testbed.controlplane import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"

@@ -22,7 +22,7 @@ from cluster_helpers import SecretMount, profile
 from cluster_helpers import register_webhook as register
 from factories import container, pod
 from headroom.cluster.api import Api, ApiError
-from headroom.sim.controlplane import free_port
+from headroom.testbed.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -52,18 +52,12 @@ def https(port: int, body: bytes, ca: bytes) -> int:
 
 
 def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
-    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+    control_plane, api, namespace, headroom_config, webhook_controller, make_node
 ):
     make_node()  # a candidate node for the unplaced pods
     make_node(labels={"pool": "p"})  # and one for the paused pool's pods
     headroom_config()
-    certs = tmp_path / "webhook"
-    certs.mkdir()
-    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
-    port = free_port()
-    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
-    name = f"headroom-idle-{port}"
-    register(api, name, port, control_plane.ca_file.read_bytes())
+    c, port = webhook_controller("headroom-idle")
     idle: list[socket.socket] = []
     try:
         c.wait_for_log("webhook serving")
@@ -127,8 +121,6 @@ def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
     finally:
         for s in idle:
             s.close()
-        with contextlib.suppress(ApiError):
-            api.delete(f"{WEBHOOK}/{name}")
 
 
 def _served_fingerprint(port: int) -> str:
@@ -213,7 +205,7 @@ def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
 
 
 def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_run_pool(
-    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+    api, namespace, headroom_config, webhook_controller, make_node, tmp_path: Path
 ):
     """A pod pinned by the DaemonSet controller's own affinity (matchFields metadata.name),
     or by spec.nodeName, to a node of a dry-run pool gets no limit at admission: the
@@ -221,13 +213,7 @@ def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_r
     headroom_config(dryRun=False)
     pool = f"dry-{tmp_path.name[-8:].lower().replace('_', '-')}"
     plain, batch = make_node(), make_node(labels={"pool": pool})
-    certs = tmp_path / "webhook"
-    certs.mkdir()
-    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
-    port = free_port()
-    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
-    name = f"headroom-candidates-{port}"
-    register(api, name, port, control_plane.ca_file.read_bytes())
+    c, port = webhook_controller("headroom-candidates")
     prof = f"dry-run-{port}"
 
     def create(pod_name: str, node: str | None = None, pinned: str | None = None) -> bool:
@@ -266,8 +252,6 @@ def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_r
         assert "kube-headroom.dev/original-cpu-limits" not in (got["metadata"].get("annotations") or {})
     finally:
         with contextlib.suppress(ApiError):
-            api.delete(f"{WEBHOOK}/{name}")
-        with contextlib.suppress(ApiError):
             api.delete(f"/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles/{prof}")
 
 
@@ -305,7 +289,7 @@ def _client(source: str, port: int) -> socket.socket:
 
 
 def test_stalled_clients_cannot_hold_admissions(
-    control_plane, api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+    control_plane, api, namespace, headroom_config, webhook_controller, make_node
 ):
     """200 clients at another address that send headers and one byte of a 1000-byte body,
     again and again, while the API server sends 20 reviews at once: every honest review is
@@ -313,14 +297,8 @@ def test_stalled_clients_cannot_hold_admissions(
     keep more than the per-client bound of connections open."""
     make_node()
     headroom_config()
-    certs = tmp_path / "webhook"
-    certs.mkdir()
-    control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
     ca = control_plane.ca_file.read_bytes()
-    port = free_port()
-    c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs))
-    name = f"headroom-stall-{port}"
-    register(api, name, port, ca)
+    c, port = webhook_controller("headroom-stall")
     stop = threading.Event()
     answers: list[int] = []
     stallers = [threading.Thread(target=_stall, args=(port, ca, "127.0.0.2", stop, answers)) for _ in range(200)]
@@ -370,5 +348,3 @@ def test_stalled_clients_cannot_hold_admissions(
         for t in stallers:
             if t.is_alive():
                 t.join(15)
-        with contextlib.suppress(ApiError):
-            api.delete(f"{WEBHOOK}/{name}")

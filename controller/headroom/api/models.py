@@ -63,6 +63,17 @@ _MULTIPLIER_RULE: dict[str, Any] = {"rule": "self == 0.0 || self >= 1.0", "messa
 _MULTIPLIER_CEL: dict[str, Any] = {"x-kubernetes-validations": [_MULTIPLIER_RULE]}
 
 
+def _non_empty(message: str) -> Any:
+    """The offline twin of `non_empty_rule`: refuse an empty selector with `message`."""
+
+    def check(value: LabelSelector | None) -> LabelSelector | None:
+        if value is not None and value.is_empty():
+            raise ValueError(message)
+        return value
+
+    return check
+
+
 def _multiplier_ok(value: float | None) -> float | None:
     if value is not None and value != 0 and value < 1:
         raise ValueError(f"{value} is not allowed; use 0 (no cap) or a number >= 1")
@@ -341,20 +352,8 @@ class HeadroomConfigSpec(Model):
     )
 
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
-
-    @field_validator("namespace_selector")
-    @classmethod
-    def _namespaces_not_everything(cls, value: LabelSelector | None) -> LabelSelector | None:
-        if value is not None and value.is_empty():
-            raise ValueError(NAMESPACE_SELECTOR_EMPTY)
-        return value
-
-    @field_validator("static_cpu_manager_node_selector")
-    @classmethod
-    def _static_not_empty(cls, value: LabelSelector | None) -> LabelSelector | None:
-        if value is not None and value.is_empty():
-            raise ValueError(STATIC_SELECTOR_EMPTY)
-        return value
+    _namespaces = field_validator("namespace_selector")(_non_empty(NAMESPACE_SELECTOR_EMPTY))
+    _static = field_validator("static_cpu_manager_node_selector")(_non_empty(STATIC_SELECTOR_EMPTY))
 
 
 class NodePoolProfileStatus(_ControllerStatus):
@@ -432,12 +431,7 @@ class NodePoolProfileSpec(Model):
 
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
 
-    @field_validator("node_selector")
-    @classmethod
-    def _not_empty(cls, value: LabelSelector) -> LabelSelector:
-        if value.is_empty():
-            raise ValueError(PROFILE_SELECTOR_EMPTY)
-        return value
+    _node_selector = field_validator("node_selector")(_non_empty(PROFILE_SELECTOR_EMPTY))
 
 
 class HeadroomConfig(Model):

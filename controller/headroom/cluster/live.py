@@ -6,8 +6,8 @@ from typing import Any
 
 from ..core import keys
 from ..core import neighbours as nb
-from ..sim.snapshot import Snapshot, snapshot_from_objects
 from .api import Api, ApiError
+from .snapshot import Snapshot, snapshot_from_objects
 
 _KINDS = (
     ("/api/v1/nodes", "v1", "Node"),

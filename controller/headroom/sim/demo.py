@@ -17,14 +17,14 @@ from .. import logs
 from ..api import crds
 from ..cluster.api import MERGE_PATCH, Api, ApiError, object_path
 from ..cluster.live import read_cluster
+from ..cluster.snapshot import read_objects
 from ..core.capabilities import pod_level_resize
 from ..core.planner import ClusterPlan, plan_cluster
 from ..core.quantity import format_milli
 from ..engine.controller import Controller, Options
 from ..output import table
-from .controlplane import ControlPlane, build
+from ..testbed.controlplane import ControlPlane, build
 from .kubelet import SimulatedKubelet
-from .snapshot import read_objects
 
 ORDER = ("CustomResourceDefinition", "Namespace", "Node", "HeadroomConfig", "NodePoolProfile", "Pod")
 

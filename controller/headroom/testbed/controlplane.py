@@ -117,6 +117,9 @@ class ControlPlane:
         self.ca.write(self.ca_file)
         serving_cert, serving_key = self.ca.issue(w, "apiserver", ["127.0.0.1", "localhost"])
         sa_private, sa_public = signing_key(w)
+        self.sa_private = sa_private
+        # The API server's own identity towards kubelets (logs, exec), for a real node.
+        kubelet_client = self.ca.issue(w, "apiserver-kubelet-client", [], "kube-apiserver", "system:masters")
         (w / "tokens.csv").write_text(
             "".join(f'{tok},{user},{user},"{group}"\n' for tok, (user, group) in USERS.items())
         )
@@ -151,7 +154,14 @@ class ControlPlane:
                 f"--tls-cert-file={serving_cert}",
                 f"--tls-private-key-file={serving_key}",
                 f"--token-auth-file={w / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
+                # x509 identities (a real node's kubelet, the scheduler, the controller-manager),
+                # authorized as a cluster authorizes them: Node for kubelets, then RBAC.
+                f"--client-ca-file={self.ca_file}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={kubelet_client[0]}",
+                f"--kubelet-client-key={kubelet_client[1]}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={sa_public}",
                 f"--service-account-signing-key-file={sa_private}",

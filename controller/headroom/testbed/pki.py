@@ -1,4 +1,6 @@
-"""A throwaway certificate authority for the test control plane (and, later, the webhook)."""
+"""A throwaway certificate authority for the local cluster: serving certificates for the
+API server and the webhook, client certificates for the kubelet and the control plane's
+own components."""
 
 from __future__ import annotations
 
@@ -43,8 +45,16 @@ class CA:
         path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         return path
 
-    def issue(self, directory: Path, name: str, hosts: list[str]) -> tuple[Path, Path]:
-        """A serving certificate for `hosts` (DNS names or IPs); (cert file, key file)."""
+    def issue(
+        self,
+        directory: Path,
+        name: str,
+        hosts: list[str],
+        common_name: str | None = None,
+        organization: str | None = None,
+    ) -> tuple[Path, Path]:
+        """A serving certificate for `hosts` (DNS names or IPs), or with `common_name` (and
+        `organization`, the groups) a client certificate for that user; (cert file, key file)."""
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
         sans: list[x509.GeneralName] = []
@@ -53,17 +63,25 @@ class CA:
                 sans.append(x509.IPAddress(ipaddress.ip_address(h)))
             except ValueError:
                 sans.append(x509.DNSName(h))
-        cert = (
+        subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name or hosts[0])]
+        if organization:
+            subject.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+        builder = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .subject_name(x509.Name(subject))
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .sign(self.key, hashes.SHA256())
         )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        if common_name:
+            builder = builder.add_extension(
+                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
+        cert = builder.sign(self.key, hashes.SHA256())
         cert_file, key_file = directory / f"{name}.crt", directory / f"{name}.key"
         cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         key_file.write_bytes(_pem_key(key))

@@ -1,0 +1,396 @@
+"""A real Kubernetes node on this machine: containerd + runc + CNI + the kubelet, beside a
+`ControlPlane`, for the tests and `headroom demo`.
+
+Everything it needs from the host is changed only for as long as it runs, and put back
+as it was found when it stops (also from `atexit`):
+
+- the sysctls the kubelet insists on (`vm.overcommit_memory=1`, `kernel.panic=10`,
+  `kernel.panic_on_oops=1`) are read first and written back;
+- the kubelet's own cgroup root, in every cgroup v1 hierarchy, is created and removed
+  (with the copy the kubelet makes in the cgroup2 hierarchy);
+- the CNI bridge (its own name) is deleted; IPAM state, containerd's root and state, the
+  kubelet's root and the pod logs live in the node's work directory;
+- the kubelet's links in `/var/log/containers` are removed, and the directory, which the
+  kubelet always creates, too if it was not there.
+
+No registry is needed: images are OCI archives written locally (`testbed/images.py`) and
+imported with `ctr`; pods use `imagePullPolicy: Never`. Linux and root only, with a cgroup
+v1 `cpu` controller (`RealNode.unavailable` says why not elsewhere).
+
+Facts this relies on, measured on this kind of machine: the kubelet needs
+`failCgroupV1: false` and `cgroupDriver: cgroupfs` on a v1 host; root here lacks
+CAP_SYS_RESOURCE, so containerd's CRI must set `restrict_oom_score_adj` or every sandbox
+fails (runc cannot lower `oom_score_adj`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cluster.api import ApiError
+from .controlplane import ControlPlane, ControlPlaneError, _stop, free_port
+from .images import Entry, busybox_entries, write_image
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+PAUSE_IMAGE = "headroom.local/pause:1"
+BUSYBOX_IMAGE = "headroom.local/busybox:1"
+RUNC = Path("/usr/sbin/runc")
+CNI_BIN = Path("/usr/lib/cni")
+BUSYBOX = Path("/bin/busybox")
+DEBIAN_PACKAGES = "runc containernetworking-plugins busybox-static"
+
+
+def realnode_script() -> Path:
+    """tests/realnode/build.sh of the source tree this package runs from (or the cwd's)."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        script = root / "tests" / "realnode" / "build.sh"
+        if script.exists():
+            return script
+    raise ControlPlaneError("tests/realnode/build.sh not found: run from a kube-headroom source checkout")
+
+
+def build_node() -> Path:
+    """Build (or reuse) the node's binaries; the directory holding them."""
+    r = subprocess.run([str(realnode_script())], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ControlPlaneError(f"building the real node failed: {r.stderr.strip()[-2000:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run a real node; None when it can."""
+    if os.uname().sysname != "Linux":
+        return "a real node needs Linux"
+    if os.geteuid() != 0:
+        return "a real node needs root (containerd, runc and the kubelet manage cgroups and mounts)"
+    if not (CGROUP_V1 / "cpu" / "cpu.cfs_quota_us").exists():
+        return "a real node here needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu"
+    missing = [str(p) for p in (RUNC, CNI_BIN / "bridge", BUSYBOX) if not p.exists()]
+    if missing:
+        return f"missing {', '.join(missing)}: apt-get install {DEBIAN_PACKAGES}"
+    return None
+
+
+def _hierarchies() -> list[Path]:
+    """The cgroup v1 hierarchies the kubelet uses (each must hold its cgroup root)."""
+    names = ("cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "hugetlb", "systemd")
+    return [CGROUP_V1 / n for n in names if (CGROUP_V1 / n).is_dir() and not (CGROUP_V1 / n).is_symlink()]
+
+
+@dataclass
+class RealNode:
+    control_plane: ControlPlane
+    bin_dir: Path
+    name: str = field(default_factory=lambda: f"real-{uuid.uuid4().hex[:6]}")
+    cpu_reserved: str = "0"  # systemReserved cpu: allocatable is the machine's CPUs less this
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
+    _sysctls: dict[str, str] = field(default_factory=dict)
+    _made_log_dir: bool = False
+    startup_seconds: float = 0.0
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/headroom-{self.name}"
+
+    @property
+    def bridge(self) -> str:
+        return f"hr{self.name[-6:]}"
+
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "containerd" / "containerd.sock"
+
+    # --- host changes, each undone by stop() ---------------------------------------------
+    def _prepare_host(self) -> None:
+        for key in SYSCTLS:
+            self._sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
+        for h in _hierarchies():
+            d = h / self.cgroup_root.lstrip("/")
+            d.mkdir(exist_ok=True)
+            if h.name == "cpuset":  # a new cpuset has no CPUs or memory nodes until given its parent's
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    (d / f).write_text((h / f).read_text())
+        log_dir = Path("/var/log/containers")
+        self._made_log_dir = not log_dir.exists()
+
+    def _restore_host(self) -> None:
+        for key, value in self._sysctls.items():
+            with contextlib.suppress(OSError):
+                (Path("/proc/sys") / key).write_text(value)
+        self._sysctls.clear()
+        for h in [*_hierarchies(), CGROUP_V1 / "unified"]:  # the kubelet mirrors its tree in cgroup2 too
+            root = h / self.cgroup_root.lstrip("/")
+            if root.exists():
+                # deepest first; a cgroup is removed with rmdir once its processes are gone
+                for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+        log_dir = Path("/var/log/containers")
+        if log_dir.is_dir():  # the kubelet's links to this node's container logs
+            for link in log_dir.iterdir():
+                if link.is_symlink() and os.readlink(link).startswith(str(self.workdir)):
+                    link.unlink()
+        if self._made_log_dir and log_dir.is_dir() and not any(log_dir.iterdir()):
+            with contextlib.suppress(OSError):
+                log_dir.rmdir()
+
+    # --- configuration ------------------------------------------------------------------
+    def _containerd_config(self) -> Path:
+        w = self.workdir / "containerd"
+        (self.workdir / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "cni" / "net.d" / "10-headroom.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": "headroom",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": self.bridge,
+                            "isGateway": False,
+                            "ipMasq": False,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": "10.244.77.0/24"}]],
+                                "dataDir": str(self.workdir / "cni" / "ipam"),
+                            },
+                        },
+                        {"type": "loopback"},
+                    ],
+                }
+            )
+        )
+        runtime = "plugins.'io.containerd.cri.v1.runtime'"
+        images = "plugins.'io.containerd.cri.v1.images'"
+        text = f"""version = 3
+root = "{w / "root"}"
+state = "{w / "state"}"
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{w / "ttrpc.sock"}"
+[{runtime}]
+  restrict_oom_score_adj = true
+[{runtime}.containerd]
+  default_runtime_name = "runc"
+[{runtime}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{runtime}.containerd.runtimes.runc.options]
+  BinaryName = "{RUNC}"
+  SystemdCgroup = false
+[{runtime}.cni]
+  bin_dirs = ["{CNI_BIN}"]
+  conf_dir = "{self.workdir / "cni" / "net.d"}"
+[{images}.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+"""
+        path = w / "config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def _kubelet_config(self, port: int, healthz: int) -> Path:
+        w = self.workdir / "kubelet"
+        w.mkdir(parents=True, exist_ok=True)
+        cfg: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
+            "cgroupsPerQOS": True,
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.control_plane.ca_file)},
+            },
+            "authorization": {"mode": "Webhook"},
+            "readOnlyPort": 0,
+            "port": port,
+            "healthzPort": healthz,
+            "healthzBindAddress": "127.0.0.1",
+            "address": "127.0.0.1",
+            "volumePluginDir": str(w / "volume-plugins"),
+            "podLogsDir": str(self.workdir / "pod-logs"),
+            "serializeImagePulls": False,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "systemReserved": {"cpu": self.cpu_reserved},
+            "enforceNodeAllocatable": ["pods"],
+            "resolvConf": "",
+            "nodeStatusUpdateFrequency": "2s",
+            "syncFrequency": "5s",
+            "shutdownGracePeriod": "0s",
+        }
+        path = w / "config.yaml"
+        path.write_text(json.dumps(cfg))
+        return path
+
+    def _kubeconfig(self) -> Path:
+        """The kubelet's identity: a client certificate for system:node:<name>."""
+        cp = self.control_plane
+        crt, key = cp.ca.issue(
+            self.workdir, "kubelet-client", [], common_name=f"system:node:{self.name}", organization="system:nodes"
+        )
+        path = self.workdir / "kubelet.kubeconfig"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: c\n  cluster:\n    server: {cp.url}\n    certificate-authority: {cp.ca_file}\n"
+            f"users:\n- name: u\n  user:\n    client-certificate: {crt}\n    client-key: {key}\n"
+            "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+        )
+        return path
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self, timeout: float = 120) -> RealNode:
+        why = unavailable()
+        if why is not None:
+            raise ControlPlaneError(why)
+        begin = time.monotonic()
+        atexit.register(self.stop)
+        self._prepare_host()
+        env = {**os.environ, "PATH": f"{self.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
+        self._spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(self._containerd_config())], env)
+        self._wait(lambda: self.socket.exists(), timeout, "containerd did not open its socket")
+        self._import_images()
+        port, healthz = free_port(), free_port()
+        self._spawn(
+            "kubelet",
+            [
+                str(self.bin_dir / "kubelet"),
+                f"--config={self._kubelet_config(port, healthz)}",
+                f"--kubeconfig={self._kubeconfig()}",
+                f"--root-dir={self.workdir / 'kubelet' / 'root'}",
+                f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
+                f"--hostname-override={self.name}",
+                "--node-ip=127.0.0.1",
+                "--v=2",
+            ],
+            env,
+        )
+        api = self.control_plane.api()
+
+        def ready() -> bool:
+            try:
+                node = api.get(f"/api/v1/nodes/{self.name}")
+            except ApiError:
+                return False
+            conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+            return conds.get("Ready") == "True"
+
+        self._wait(ready, timeout, f"node {self.name} never became Ready")
+        self.startup_seconds = time.monotonic() - begin
+        return self
+
+    def _import_images(self) -> None:
+        images = self.workdir / "images"
+        images.mkdir(exist_ok=True)
+        applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+        write_image(images / "pause.tar", PAUSE_IMAGE, [Entry("pause", source=self.bin_dir / "pause")], ["/pause"])
+        write_image(images / "busybox.tar", BUSYBOX_IMAGE, busybox_entries(BUSYBOX, applets))
+        for tar in ("pause.tar", "busybox.tar"):
+            r = subprocess.run(
+                [
+                    str(self.bin_dir / "ctr"),
+                    "--address",
+                    str(self.socket),
+                    "-n",
+                    "k8s.io",
+                    "images",
+                    "import",
+                    str(images / tar),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if r.returncode != 0:
+                raise ControlPlaneError(f"ctr images import {tar}: {r.stderr.strip()}")
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+    def _wait(self, check: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise ControlPlaneError(f"{name} exited with {p.returncode}:\n{self.log_tail()}")
+            if check():
+                return
+            time.sleep(0.25)
+        raise ControlPlaneError(f"{what} within {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        out = []
+        for name in ("containerd", "kubelet"):
+            path = self.workdir / f"{name}.log"
+            if path.exists():
+                out.append(f"--- {name}.log ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(out)
+
+    def container_cgroup(self, container_id: str) -> Path | None:
+        """The container's cgroup in the cpu hierarchy (under the kubelet's cgroup root)."""
+        root = CGROUP_V1 / "cpu" / self.cgroup_root.lstrip("/")
+        cid = container_id.split("://", 1)[-1]
+        for d in root.rglob(cid):
+            if d.is_dir():
+                return d
+        return None
+
+    def stop(self) -> None:
+        """Stop the kubelet, every pod's containers, then containerd; put the host back."""
+        if not self.procs and not self._sysctls:
+            return
+        if "kubelet" in self.procs:
+            _stop(self.procs["kubelet"])
+        self._remove_pods()
+        for p in reversed(list(self.procs.values())):
+            _stop(p)
+        self.procs.clear()
+        self._unmount()
+        self._restore_host()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _remove_pods(self) -> None:
+        """Every sandbox containerd runs for this node, stopped and removed (their shims and
+        network namespaces with them)."""
+        ctr = [str(self.bin_dir / "ctr"), "--address", str(self.socket), "-n", "k8s.io"]
+        r = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True)
+        for task in r.stdout.split():
+            subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], capture_output=True)
+        deadline = time.monotonic() + 10
+        while (
+            time.monotonic() < deadline
+            and subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True).stdout.split()
+        ):
+            time.sleep(0.2)
+        for task in subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True).stdout.split():
+            subprocess.run([*ctr, "tasks", "delete", "-f", task], capture_output=True)
+        for c in subprocess.run([*ctr, "containers", "ls", "-q"], capture_output=True, text=True).stdout.split():
+            subprocess.run([*ctr, "containers", "delete", c], capture_output=True)
+
+    def _unmount(self) -> None:
+        """Anything still mounted under the work directory (rootfs, shm, network namespaces)."""
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f]
+        mine = [p for p in points if p.startswith(str(self.workdir))]
+        for p in sorted(mine, key=len, reverse=True):
+            subprocess.run(["umount", "-l", p], capture_output=True)

@@ -1,0 +1,20 @@
+// Command kube-controller-manager is the upstream one, unchanged, built from the pinned
+// k8s.io/kubernetes module (its own main.go less the license header), for the real test node.
+package main
+
+import (
+	"os"
+	_ "time/tzdata" // for CronJob Time Zone support
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"          // for JSON log format registration
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // load all the prometheus client-go plugin
+	_ "k8s.io/component-base/metrics/prometheus/version"  // for version metric registration
+	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	command := app.NewControllerManagerCommand()
+	code := cli.Run(command)
+	os.Exit(code)
+}
