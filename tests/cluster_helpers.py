@@ -171,3 +171,42 @@ def register_webhook(api: Api, name: str, port: int, ca: bytes | None) -> None:
         },
         "headroom-tests",
     )
+
+
+CONTROLLER_TOKEN = "headroom-test-controller-token"
+
+
+def install_crds(api: Api) -> list[str]:
+    """Install crds/ and wait until the server serves both kinds; their names."""
+    from ruamel.yaml import YAML
+
+    names = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "crds").glob("*.yaml")):
+        crd = YAML(typ="safe").load(path.read_text())
+        api.apply(crd, "headroom-tests")
+        names.append(crd["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+            if conds.get("Established", {}).get("status") == "True":
+                break
+            assert time.monotonic() < deadline, f"{name} not Established: {conds}"
+            time.sleep(0.2)
+    return names
+
+
+def bind_controller(api: Api) -> str:
+    """Bind the test identity `headroom-controller` to the chart's rendered ClusterRole and
+    lease Role, and nothing else; its token. So the e2e tests prove the chart's RBAC is
+    enough (and RBAC is enforced)."""
+    from chart import render
+
+    user = [{"kind": "User", "name": "headroom-controller", "apiGroup": "rbac.authorization.k8s.io"}]
+    for doc in render(namespace="default"):
+        if doc["kind"] in ("ClusterRole", "Role"):
+            api.apply(doc, "headroom-tests")
+        elif doc["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            api.apply({**doc, "subjects": user}, "headroom-tests")
+    return CONTROLLER_TOKEN

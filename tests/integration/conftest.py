@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from chart import render
+from cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds
 from faultproxy import FaultProxy
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.testbed.controlplane import ControlPlane, build, free_port
@@ -53,21 +53,7 @@ def api(control_plane: ControlPlane) -> Api:
 @pytest.fixture(scope="session")
 def crds_installed(api: Api) -> list[str]:
     """Install crds/ and wait until the server serves both kinds."""
-    names = []
-    for path in sorted((ROOT / "crds").glob("*.yaml")):
-        crd = YAML(typ="safe").load(path.read_text())
-        api.apply(crd, "headroom-tests")
-        names.append(crd["metadata"]["name"])
-    deadline = time.monotonic() + 30
-    for name in names:
-        while True:
-            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
-            if conds.get("Established", {}).get("status") == "True":
-                break
-            assert time.monotonic() < deadline, f"{name} not Established: {conds}"
-            time.sleep(0.2)
-    return names
+    return install_crds(api)
 
 
 @pytest.fixture
@@ -180,22 +166,11 @@ class RunningController:
         return self.proc.returncode
 
 
-CONTROLLER_TOKEN = "headroom-test-controller-token"
-
-
 @pytest.fixture(scope="session")
 def controller_rbac(api: Api, crds_installed: list[str]) -> str:
-    """Bind the test identity `headroom-controller` to the chart's rendered ClusterRole and
-    lease Role, and nothing else; returns its token. Every controller the tests start runs
-    as it, so the e2e tests prove the chart's RBAC is enough (and RBAC is enforced)."""
-    docs = render(namespace="default")
-    user = [{"kind": "User", "name": "headroom-controller", "apiGroup": "rbac.authorization.k8s.io"}]
-    for doc in docs:
-        if doc["kind"] in ("ClusterRole", "Role"):
-            api.apply(doc, "headroom-tests")
-        elif doc["kind"] in ("ClusterRoleBinding", "RoleBinding"):
-            api.apply({**doc, "subjects": user}, "headroom-tests")
-    return CONTROLLER_TOKEN
+    """The test identity `headroom-controller`, bound to the chart's RBAC and nothing else;
+    its token. Every controller the tests start runs as it."""
+    return bind_controller(api)
 
 
 @pytest.fixture

@@ -10,10 +10,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CONTROLLER_TOKEN
 
 from chart import PROMTOOL, dashboard_metric_names
-from cluster_helpers import K8S_MINOR, cpu_limits, create_pod, node_events, wait_limits, wait_node_event
+from cluster_helpers import (
+    CONTROLLER_TOKEN,
+    K8S_MINOR,
+    cpu_limits,
+    create_pod,
+    node_events,
+    wait_limits,
+    wait_node_event,
+)
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, pod_path
 from headroom.cluster.live import read_cluster

@@ -1,8 +1,10 @@
 """A real etcd and kube-apiserver on loopback, for the tests and `headroom demo`.
 
-The binaries come from `tests/testenv/build.sh` (built from pinned Go modules). No
-kubelet, scheduler or controller-manager runs: callers create Node objects, bind pods by
-setting `spec.nodeName`, and use `kubelet.SimulatedKubelet` to write pod status.
+The binaries come from `tests/testenv/build.sh` (built from pinned Go modules). By default
+no scheduler or controller-manager runs: callers create Node objects, bind pods by setting
+`spec.nodeName`, and use `sim.kubelet.SimulatedKubelet` to write pod status. With
+`components_dir`, kube-scheduler and kube-controller-manager run beside the API server
+(for a real node: `testbed.node.RealNode`).
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class ControlPlane:
     port: int = 0
     startup_seconds: float = 0.0
     extra_args: list[str] = field(default_factory=list)  # more kube-apiserver flags (an audit log)
+    # With the directory of tests/realnode/build.sh: kube-scheduler and kube-controller-manager
+    # run too (pods are placed, Deployments make ReplicaSets make pods, quotas are counted).
+    components_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -174,8 +179,61 @@ class ControlPlane:
             ],
         )
         self._wait_ready(timeout)
+        if self.components_dir is not None:
+            self._start_components()
         self.startup_seconds = time.monotonic() - begin
         return self
+
+    def component_kubeconfig(self, user: str, group: str | None = None) -> Path:
+        """A kubeconfig with a client certificate for `user` (the identities the bootstrap
+        RBAC roles name: system:kube-scheduler, system:kube-controller-manager, system:node:X)."""
+        name = user.replace(":", "-")
+        crt, key = self.ca.issue(self.workdir, f"client-{name}", [], user, group)
+        path = self.workdir / f"kubeconfig-{name}"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: c\n  cluster:\n    server: {self.url}\n    certificate-authority: {self.ca_file}\n"
+            f"users:\n- name: u\n  user:\n    client-certificate: {crt}\n    client-key: {key}\n"
+            "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+        )
+        return path
+
+    def _start_components(self) -> None:
+        assert self.components_dir is not None
+        w = self.workdir
+        sched = self.component_kubeconfig("system:kube-scheduler")
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.components_dir / "kube-scheduler"),
+                f"--kubeconfig={sched}",
+                f"--authentication-kubeconfig={sched}",
+                f"--authorization-kubeconfig={sched}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+        )
+        kcm = self.component_kubeconfig("system:kube-controller-manager")
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.components_dir / "kube-controller-manager"),
+                f"--kubeconfig={kcm}",
+                f"--authentication-kubeconfig={kcm}",
+                f"--authorization-kubeconfig={kcm}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.sa_private}",
+                f"--root-ca-file={self.ca_file}",
+                f"--flex-volume-plugin-dir={w / 'flexvolume'}",
+                "--controllers=*,-bootstrapsigner,-tokencleaner",
+                "--v=1",
+            ],
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -199,7 +257,7 @@ class ControlPlane:
 
     def log_tail(self, lines: int = 30) -> str:
         out = []
-        for name in ("etcd", "kube-apiserver"):
+        for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
             path = self.workdir / f"{name}.log"
             if path.exists():
                 out.append(f"--- {name}.log ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))

@@ -8,33 +8,15 @@ after the resize, and the throttling counters in its `cpu.stat`.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cluster_helpers import wait_limits
-from headroom.cluster.api import Api, ApiError, pod_path
-from headroom.testbed.node import BUSYBOX_IMAGE, RealNode, build_node
+from headroom.cluster.api import Api, pod_path
+from headroom.testbed.node import BUSYBOX_IMAGE
 
 PERIOD_US = 100_000  # the kubelet's CFS period
-
-
-@pytest.fixture(scope="module")
-def real_node(control_plane) -> Iterator[RealNode]:
-    """One real node for this module; its Node object is deleted afterwards, so the other
-    modules see only the nodes they make."""
-    node = RealNode(control_plane, build_node())
-    try:
-        node.start()
-        yield node
-    finally:
-        node.stop()
-        with contextlib.suppress(ApiError):
-            control_plane.api().delete(f"/api/v1/nodes/{node.name}")
 
 
 def busy_pod(name: str, node: str, request: str = "100m", limit: str = "200m") -> dict[str, Any]:
@@ -127,5 +109,76 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     )
     assert got["spec"]["containers"][0]["resources"]["limits"]["memory"] == "64Mi"
     assert got["status"]["qosClass"] == "Burstable"
-    assert before > 0.5, f"a busy thread at 200m should be throttled in most periods, was {before:.0%}"
-    assert after < 0.05, f"still throttled in {after:.0%} of periods at a limit of one core"
+    # At 200m the kernel holds the busy thread to a fifth of a core and throttles it in many
+    # periods (how many depends on how often it gets a CPU at all on a loaded machine);
+    # at one core it is never throttled and gets far more.
+    assert used_before < 0.22 and before > 0.25, (used_before, before)
+    assert after < 0.05 and used_after > 0.4, (used_after, after)
+
+
+def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_cgroups(
+    api, namespace, real_node, headroom_config, webhook_controller
+):
+    """The ReplicaSet controller creates the pods (owner chain as Kubernetes writes it),
+    the webhook gives each its birth limit on that admission, the scheduler places them on
+    the real node, and the controller raises them: the container cgroups follow."""
+    headroom_config()
+    c, _ = webhook_controller("headroom-real")
+    labels = {"app": "sleepy"}
+    api.post(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "sleepy"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "app",
+                                "image": BUSYBOX_IMAGE,
+                                "imagePullPolicy": "Never",
+                                "command": ["sleep", "3600"],
+                                "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=sleepy"})["items"]
+        if len(pods) == 3 and all(p["status"].get("containerStatuses") for p in pods):
+            break
+        assert time.monotonic() < deadline, [p["status"] for p in pods]
+        time.sleep(0.5)
+    for p in pods:
+        owner = p["metadata"]["ownerReferences"][0]
+        assert owner["kind"] == "ReplicaSet" and owner["name"].startswith("sleepy-"), owner  # the real chain
+        assert p["spec"]["nodeName"] == real_node.name  # placed by the scheduler
+    # Three pods of 100m on 2 cores: S = 1.7, each 100m + 1.7/3 = 666m -> 660m (10m quantum).
+    for p in pods:
+        wait_limits(api, namespace, p["metadata"]["name"], ["660m"], timeout=30)
+    deadline = time.monotonic() + 15
+    for p in pods:
+        cid = wait_running(api, namespace, p["metadata"]["name"])["status"]["containerStatuses"][0]["containerID"]
+        cgroup = real_node.container_cgroup(cid)
+        assert cgroup is not None
+        while int((cgroup / "cpu.cfs_quota_us").read_text()) != 66_000:
+            assert time.monotonic() < deadline, (cgroup / "cpu.cfs_quota_us").read_text()
+            time.sleep(0.1)
+    born = [r for r in c.logs() if r.get("msg") == "new pod given cpu limits"]
+    assert len(born) == 3, born  # each pod was given its limit on the ReplicaSet controller's create
+    got = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=sleepy"})["items"]
+    assert all(s["restartCount"] == 0 for p in got for s in p["status"]["containerStatuses"])
+    conflicts = [r for r in c.logs() if r.get("result") == "conflict"]
+    print(
+        f"\n3 pods of a Deployment on {real_node.name}: 660m each in their cgroups; {len(conflicts)} resize(s) met 409"
+    )
