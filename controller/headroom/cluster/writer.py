@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..core import keys
 from ..core.policy import PodTarget
 from ..core.quantity import format_milli
-from ..core.records import APP, Node, Pod
+from ..core.records import APP, Node, Pod, RecordError, pod_from_dict
 from .api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 
 log = logging.getLogger("headroom.writer")
@@ -315,6 +315,14 @@ class Writer:
         path, body = pod_path(pod.namespace, pod.name, "resize"), resize_body(pod, target)
         priority = SEED if is_seed(target) else ADJUST
         return self._pod_write(pod, lambda: self.api.patch(path, body, STRATEGIC_PATCH, self.params), priority)
+
+    def read_pod(self, pod: Pod) -> Pod | None:
+        """The pod as the API server has it now (a read: no write budget); None when it
+        cannot be read."""
+        try:
+            return pod_from_dict(self.api.get(pod_path(pod.namespace, pod.name)))
+        except (ApiError, RecordError):
+            return None
 
     def record_original(self, pod: Pod, value: str) -> tuple[Outcome, str]:
         """Write kube-headroom.dev/original-cpu-limits now, at the priority of the resize it

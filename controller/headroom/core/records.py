@@ -88,14 +88,15 @@ class Pod:
     resized_by_headroom: bool = False
 
     def same_inputs(self, other: Pod) -> bool:
-        """Equal in everything eligibility and policy read: all but the resourceVersion and
-        what only the write path reads (our annotations, whether Headroom resized it before).
+        """Equal in everything eligibility and policy read: all but the resourceVersion,
+        what only the write path reads (our annotations, whether Headroom resized it before),
+        and the phase short of terminal (the kubelet starting a pod changes no decision).
         (A unit test holds this list to the fields.)"""
         return (
             self.booked_cpu == other.booked_cpu
             and self.containers == other.containers
             and self.node_name == other.node_name
-            and self.phase == other.phase
+            and self.terminal == other.terminal  # Pending -> Running is not an input
             and self.deleting == other.deleting
             and self.labels == other.labels
             and self.mode == other.mode

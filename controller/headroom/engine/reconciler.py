@@ -38,6 +38,7 @@ log = logging.getLogger("headroom.reconcile")
 
 WOULD_APPLY = "would-apply"  # a dry run applies nothing: it counts what it would have written
 CONFLICT_DELAY = 1.0  # a 409: the cache is behind; give the watch a moment to catch up
+CONFLICT_RETRIES = 2  # a 409 from a status-only change: the same resize again, on the new version
 BLOCKED_DELAY = 1.0  # the view is incomplete: look again shortly
 
 
@@ -375,6 +376,17 @@ class Reconciler:
                     target = fitted
                     try:
                         outcome = self.writer.resize(pod, target)
+                        for _ in range(CONFLICT_RETRIES):
+                            # A 409 on a pod whose inputs did not change is the kubelet writing
+                            # status between our read and our write: the decision stands, so it
+                            # is sent again on the new version instead of recomputing the node.
+                            fresh = self._fresh(pod, pp.pod) if outcome.result == CONFLICT else None
+                            if fresh is None:
+                                break
+                            log.info("resize conflict on a status write; sent again", extra={"pod": pod.key})
+                            self.on_outcome(CONFLICT, False)
+                            pod = fresh
+                            outcome = self.writer.resize(pod, target)
                     except BaseException:
                         self.quota.give_back(pod)  # not sent
                         raise
@@ -494,6 +506,23 @@ class Reconciler:
             if outcome.retry_after:
                 result.retry_at(outcome.retry_after, hold=True)
         return True
+
+    def _fresh(self, sent: Pod, decided: Pod) -> Pod | None:
+        """The pod's version after the one a resize was sent on, if its inputs are those the
+        decision was made on (from the watch, else read once); None otherwise."""
+        cached = self.cache.pod(sent.key)
+        if cached is not None and cached.resource_version != sent.resource_version:
+            fresh: Pod | None = cached
+        else:
+            fresh = self.writer.read_pod(sent)
+        if (
+            fresh is None
+            or fresh.uid != sent.uid
+            or fresh.resource_version == sent.resource_version
+            or not fresh.same_inputs(decided)
+        ):
+            return None
+        return fresh
 
     def _handle_failure(self, pod: Pod, plan: NodePlan, outcome: Outcome, result: Result) -> bool:
         if outcome.result == GONE:

@@ -1,4 +1,7 @@
-"""A simulated kubelet for tests: there is no real kubelet on the test control plane.
+"""A simulated kubelet, where a real one cannot be had: scale tests (hundreds of nodes on
+one machine) and the shared control plane of the integration tests. Its answer to a
+resize is held to the real kubelet's by
+`tests/integration/realcluster/test_realnode.py::test_the_simulated_kubelet_answers_a_resize_as_the_real_one_does`.
 
 For the pods bound to its node it does what a kubelet's status manager does around
 in-place resize (KEP-1287): it starts pods (phase Running, one status per container),
@@ -62,6 +65,9 @@ class SimulatedKubelet:
 
     def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
+        # The real kubelet (1.35+) says with every status write which generation of the
+        # spec it has seen (tests/integration/realcluster holds this to a real trace).
+        status = {"observedGeneration": meta.get("generation", 1), **status}
         self.api.patch(
             pod_path(meta["namespace"], meta["name"], "status"),
             {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},

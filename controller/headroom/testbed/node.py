@@ -89,6 +89,55 @@ def _hierarchies() -> list[Path]:
     return [CGROUP_V1 / n for n in names if (CGROUP_V1 / n).is_dir() and not (CGROUP_V1 / n).is_symlink()]
 
 
+@dataclass(frozen=True, slots=True)
+class CpuCounters:
+    """A container's CPU counters at one moment, from its cgroups."""
+
+    at: float  # monotonic seconds
+    periods: int  # CFS periods with the container runnable (cpu.stat nr_periods)
+    throttled: int  # of those, periods it was throttled in (nr_throttled)
+    throttled_ns: int  # time it was throttled (throttled_time)
+    usage_ns: int  # CPU time it used (cpuacct.usage)
+    quota_us: int  # cpu.cfs_quota_us now (-1: no limit)
+
+    def since(self, before: CpuCounters) -> tuple[float, float, float]:
+        """(share of CFS periods throttled, throttled seconds per second, cores used)
+        between `before` and this reading."""
+        seconds = self.at - before.at
+        periods = self.periods - before.periods
+        share = (self.throttled - before.throttled) / periods if periods else 0.0
+        return (
+            share,
+            (self.throttled_ns - before.throttled_ns) / 1e9 / seconds,
+            (self.usage_ns - before.usage_ns) / 1e9 / seconds,
+        )
+
+
+def busy_pod(
+    name: str, node: str | None, request: str, limit: str | None, busy: bool = True, image: str = BUSYBOX_IMAGE
+) -> dict[str, Any]:
+    """A pod of one container that spins one thread forever (a CPU-hungry tenant), or
+    sleeps; with the CPU request and limit given (no limit: None)."""
+    resources: dict[str, Any] = {"requests": {"cpu": request, "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    if limit is not None:
+        resources["limits"]["cpu"] = limit
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "app",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "while :; do :; done"] if busy else ["sleep", "36000"],
+                "resources": resources,
+            }
+        ],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
 @dataclass
 class RealNode:
     control_plane: ControlPlane
@@ -354,6 +403,25 @@ state = "{w / "state"}"
             if d.is_dir():
                 return d
         return None
+
+    def counters(self, container_id: str) -> CpuCounters | None:
+        """The container's CPU counters now; None while it has no cgroup (not started)."""
+        cgroup = self.container_cgroup(container_id)
+        if cgroup is None:
+            return None
+        acct = CGROUP_V1 / "cpuacct" / cgroup.relative_to(CGROUP_V1 / "cpu")
+        try:
+            stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+            return CpuCounters(
+                time.monotonic(),
+                int(stat["nr_periods"]),
+                int(stat["nr_throttled"]),
+                int(stat["throttled_time"]),
+                int((acct / "cpuacct.usage").read_text()),
+                int((cgroup / "cpu.cfs_quota_us").read_text()),
+            )
+        except (OSError, KeyError, ValueError):  # the container went away between two reads
+            return None
 
     def stop(self) -> None:
         """Stop the kubelet, every pod's containers, then containerd; put the host back."""

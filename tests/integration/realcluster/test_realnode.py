@@ -8,40 +8,17 @@ after the resize, and the throttling counters in its `cpu.stat`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 from cluster_helpers import wait_limits
 from headroom.cluster.api import Api, pod_path
-from headroom.testbed.node import BUSYBOX_IMAGE
+from headroom.core.quantity import cpu_milli
+from headroom.testbed.node import BUSYBOX_IMAGE, RealNode, busy_pod
 
 PERIOD_US = 100_000  # the kubelet's CFS period
-
-
-def busy_pod(name: str, node: str, request: str = "100m", limit: str = "200m") -> dict[str, Any]:
-    """One thread that spins forever, as a CPU-hungry tenant does."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "busy",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "while :; do :; done"],
-                    "resources": {
-                        "requests": {"cpu": request, "memory": "16Mi"},
-                        "limits": {"cpu": limit, "memory": "64Mi"},
-                    },
-                }
-            ],
-        },
-    }
 
 
 def wait_running(api: Api, ns: str, name: str, timeout: float = 60) -> dict[str, Any]:
@@ -55,37 +32,26 @@ def wait_running(api: Api, ns: str, name: str, timeout: float = 60) -> dict[str,
         time.sleep(0.3)
 
 
-def cpu_stat(cgroup: Path) -> dict[str, int]:
-    return {k: int(v) for k, v in (line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())}
-
-
-def usage_ns(cgroup: Path) -> int:
-    """CPU time the cgroup used, from the cpuacct hierarchy (separate from cpu on this host)."""
-    acct = Path("/sys/fs/cgroup/cpuacct") / cgroup.relative_to("/sys/fs/cgroup/cpu")
-    return int((acct / "cpuacct.usage").read_text())
-
-
-def throttling(cgroup: Path, seconds: float) -> tuple[float, float]:
-    """(share of CFS periods throttled, CPU cores used) over a window, from the cgroup."""
-    stat0, used0, t0 = cpu_stat(cgroup), usage_ns(cgroup), time.monotonic()
+def window(node: RealNode, container_id: str, seconds: float) -> tuple[float, float, float]:
+    """(throttled share of CFS periods, throttled s/s, cores used) over a window."""
+    before = node.counters(container_id)
     time.sleep(seconds)
-    stat1, used1, t1 = cpu_stat(cgroup), usage_ns(cgroup), time.monotonic()
-    periods = stat1["nr_periods"] - stat0["nr_periods"]
-    throttled = stat1["nr_throttled"] - stat0["nr_throttled"]
-    return (throttled / periods if periods else 0.0), (used1 - used0) / 1e9 / (t1 - t0)
+    after = node.counters(container_id)
+    assert before is not None and after is not None
+    return after.since(before)
 
 
 def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stops(
     api, namespace, real_node, headroom_config, start_controller
 ):
-    pod = api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("busy", real_node.name))
+    pod = api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("busy", real_node.name, "100m", "200m"))
     running = wait_running(api, namespace, "busy")
     cid = running["status"]["containerStatuses"][0]["containerID"]
     cgroup = real_node.container_cgroup(cid)
     assert cgroup is not None, f"no cgroup for {cid} under {real_node.cgroup_root}"
     assert int((cgroup / "cpu.cfs_quota_us").read_text()) == 20_000  # 200m, before Headroom
     assert int((cgroup / "cpu.cfs_period_us").read_text()) == PERIOD_US
-    before, used_before = throttling(cgroup, 3.0)
+    before, _, used_before = window(real_node, cid, 3.0)
 
     headroom_config()
     start_controller()
@@ -95,7 +61,7 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     while int((cgroup / "cpu.cfs_quota_us").read_text()) != 100_000:
         assert time.monotonic() < deadline, f"quota still {(cgroup / 'cpu.cfs_quota_us').read_text().strip()}"
         time.sleep(0.05)
-    after, used_after = throttling(cgroup, 3.0)
+    after, _, used_after = window(real_node, cid, 3.0)
     got = api.get(pod_path(namespace, "busy"))
     status = got["status"]["containerStatuses"][0]
     print(
@@ -107,7 +73,7 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     assert (
         got["spec"]["containers"][0]["resources"]["requests"] == pod["spec"]["containers"][0]["resources"]["requests"]
     )
-    assert got["spec"]["containers"][0]["resources"]["limits"]["memory"] == "64Mi"
+    assert got["spec"]["containers"][0]["resources"]["limits"]["memory"] == "64Mi"  # memory untouched
     assert got["status"]["qosClass"] == "Burstable"
     # At 200m the kernel holds the busy thread to a fifth of a core and throttles it in many
     # periods (how many depends on how often it gets a CPU at all on a loaded machine);
@@ -182,3 +148,131 @@ def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_c
     print(
         f"\n3 pods of a Deployment on {real_node.name}: 660m each in their cgroups; {len(conflicts)} resize(s) met 409"
     )
+
+
+def _node_pods(api: Api, node: str) -> list[dict[str, Any]]:
+    return api.get("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})["items"]
+
+
+def test_a_burst_of_arrivals_reaches_its_targets_in_the_cgroups_within_the_debounce(
+    api, namespace, real_node, headroom_config, start_controller
+):
+    """Ten pods land on the node at once while the kubelet is busy starting them: every
+    pod's container gets its final CPU quota within debouncePeriod + 2 s of the last
+    arrival, and a 409 that is only the kubelet's status write costs no recompute."""
+    deadline = time.monotonic() + 60
+    while _node_pods(api, real_node.name):  # what earlier tests left is gone (its namespaces are deleted)
+        assert time.monotonic() < deadline, [p["metadata"]["name"] for p in _node_pods(api, real_node.name)]
+        time.sleep(0.5)
+    headroom_config()
+    c = start_controller()
+    names = [f"burst-{i}" for i in range(10)]
+    arrived: dict[str, float] = {}
+    for name in names:
+        body = busy_pod(name, real_node.name, "100m", None, busy=False)  # no CPU limit: Headroom gives the first
+        api.post(f"/api/v1/namespaces/{namespace}/pods", body)
+        arrived[name] = time.monotonic()
+    last = max(arrived.values())
+    quotas: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+    cgroups: dict[str, Path] = {}
+    settled_at = None
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        for name in names:
+            if name not in cgroups:
+                statuses = api.get(pod_path(namespace, name))["status"].get("containerStatuses") or []
+                cid = statuses[0].get("containerID") if statuses else None
+                found = real_node.container_cgroup(cid) if cid else None
+                if found is not None:
+                    cgroups[name] = found
+                continue
+            with contextlib.suppress(OSError):
+                q = int((cgroups[name] / "cpu.cfs_quota_us").read_text())
+                if not quotas[name] or quotas[name][-1][1] != q:
+                    quotas[name].append((time.monotonic(), q))
+        changed = max((v[-1][0] for v in quotas.values() if v), default=0.0)
+        limited = len(cgroups) == len(names) and all(v and v[-1][1] > 0 for v in quotas.values())
+        if limited and time.monotonic() - changed > 3:  # nothing moved for 3 s: the wave is over
+            settled_at = changed
+            break
+        time.sleep(0.05)
+    assert settled_at is not None, {n: v[-1:] for n, v in quotas.items()}
+    spec = {n: api.get(pod_path(namespace, n))["spec"]["containers"][0]["resources"]["limits"]["cpu"] for n in names}
+    reached = {}
+    for n in names:
+        final = quotas[n][-1][1]
+        assert final == cpu_milli(spec[n]) * 100, (n, final, spec[n])  # the cgroup holds the written limit
+        reached[n] = next(t for t, q in quotas[n] if q == final) - arrived[n]
+    lat = sorted(reached.values())
+    p50, p99 = lat[len(lat) // 2], lat[-1]
+    retried = [r for r in c.logs() if r.get("msg") == "resize conflict on a status write; sent again"]
+    recomputed = [r for r in c.logs() if r.get("msg") == "resize conflict; node will be recomputed"]
+    print(
+        f"\nburst of 10 on {real_node.name}: arrival -> final cgroup quota p50 {p50:.2f} s, max {p99:.2f} s; "
+        f"409s: {len(retried)} sent again on the new version, {len(recomputed)} recomputed; limits {sorted(set(spec.values()))}"
+    )
+    assert max(t + arrived[n] for n, t in reached.items()) - last <= 2.0 + 2.0, reached  # debouncePeriod 2s + 2s
+    assert not recomputed, recomputed  # a status-only 409 costs no recompute
+
+
+def _resize_trace(api: Api, ns: str, name: str, limit: str, seconds: float = 6.0) -> list[tuple[Any, ...]]:
+    """What the pod's status goes through after its CPU limit is resized to `limit`, as a
+    watch sees it: (status caught up with the spec generation, the resize conditions,
+    the CPU limit the kubelet reports applied), each distinct state once, in order."""
+    import threading
+
+    pod = api.get(pod_path(ns, name))
+    events: list[dict[str, Any]] = []
+
+    def record() -> None:
+        import orjson
+
+        lines = api.watch(
+            f"/api/v1/namespaces/{ns}/pods",
+            pod["metadata"]["resourceVersion"],
+            timeout_seconds=int(seconds),
+            read_timeout=seconds + 5,
+        )
+        for line in lines:
+            event = orjson.loads(line)
+            if event.get("type") in ("ADDED", "MODIFIED"):
+                events.append(event["object"])
+
+    t = threading.Thread(target=record)
+    t.start()
+    time.sleep(0.5)
+    body = {"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": limit}}}]}}
+    api.patch(pod_path(ns, name, "resize"), body, "application/strategic-merge-patch+json")
+    t.join(seconds + 10)
+    trace: list[tuple[Any, ...]] = []
+    for obj in [pod, *events]:
+        if obj["metadata"]["name"] != name:
+            continue
+        st = obj.get("status") or {}
+        state = (
+            st.get("observedGeneration") == obj["metadata"].get("generation"),
+            tuple(sorted(c["type"] for c in st.get("conditions") or [] if c["type"].startswith("PodResize"))),
+            ((st.get("containerStatuses") or [{}])[0].get("resources") or {}).get("limits", {}).get("cpu"),
+        )
+        if not trace or trace[-1] != state:
+            trace.append(state)
+    return trace
+
+
+def test_the_simulated_kubelet_answers_a_resize_as_the_real_one_does(api, namespace, real_node, make_node):
+    """The simulated kubelet (kept for scale tests) is held to the real kubelet's answer to
+    the same resize: the same status states, in the same order."""
+    from headroom.sim.kubelet import SimulatedKubelet
+
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("traced", real_node.name, "100m", "200m", busy=False))
+    wait_running(api, namespace, "traced")
+    real = _resize_trace(api, namespace, "traced", "1")
+    simulated_node = make_node(cpu="2")
+    with SimulatedKubelet(api, simulated_node, delay=0.2):
+        api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("mimic", simulated_node, "100m", "200m", busy=False))
+        wait_running(api, namespace, "mimic")
+        time.sleep(0.5)
+        simulated = _resize_trace(api, namespace, "mimic", "1")
+    print(f"\nreal kubelet: {real}\nsimulated:    {simulated}")
+    assert real[-1] == (True, (), "1"), real  # done: caught up, no condition, the new limit applied
+    assert simulated == real
