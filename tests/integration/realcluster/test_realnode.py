@@ -15,7 +15,7 @@ from typing import Any
 
 from cluster_helpers import wait_limits
 from headroom.cluster.api import Api, pod_path
-from headroom.core.quantity import cpu_milli
+from headroom.core.quantity import cpu_milli, format_milli
 from headroom.testbed.node import BUSYBOX_IMAGE, RealNode, busy_pod
 
 PERIOD_US = 100_000  # the kubelet's CFS period
@@ -276,3 +276,58 @@ def test_the_simulated_kubelet_answers_a_resize_as_the_real_one_does(api, namesp
     print(f"\nreal kubelet: {real}\nsimulated:    {simulated}")
     assert real[-1] == (True, (), "1"), real  # done: caught up, no condition, the new limit applied
     assert simulated == real
+
+
+def test_raises_stay_inside_a_quota_the_quota_controller_counts(
+    api, namespace, real_node, headroom_config, webhook_controller
+):
+    """A limits.cpu ResourceQuota whose status.used the real quota controller keeps: three
+    Deployment pods would get 660m each on this node, but the namespace may hold 1 CPU of
+    limits; Headroom's raises stay inside it and the quota never refuses a write."""
+    api.post(
+        f"/api/v1/namespaces/{namespace}/resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "cpu"},
+            "spec": {"hard": {"limits.cpu": "1"}},
+        },
+    )
+    deadline = time.monotonic() + 30
+    while "used" not in (api.get(f"/api/v1/namespaces/{namespace}/resourcequotas/cpu").get("status") or {}):
+        assert time.monotonic() < deadline, "the quota controller never counted the quota"
+        time.sleep(0.3)
+    headroom_config()
+    c, _ = webhook_controller("headroom-quota")
+    labels = {"app": "quota"}
+    template = busy_pod("x", None, "100m", None, busy=False)
+    api.post(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "quota"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
+        limits = [p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for p in pods]
+        if len(pods) == 3 and all(limits):
+            break
+        assert time.monotonic() < deadline, limits
+        time.sleep(0.5)
+    time.sleep(8)  # the raises that fit are written; nothing more can be
+    pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
+    total = sum(cpu_milli(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in pods)
+    used = api.get(f"/api/v1/namespaces/{namespace}/resourcequotas/cpu")["status"]["used"]["limits.cpu"]
+    denied = [r for r in c.logs() if r.get("result") == "quota-denied"]
+    print(f"\nquota 1 CPU of limits: the three pods hold {format_milli(total)}, the quota controller counts {used}")
+    assert total <= 1000 and cpu_milli(used) == total, (total, used)
+    assert total > 600, total  # raised above the webhook's 3 x 200m, as far as the quota lets it
+    assert not denied, denied
