@@ -17,7 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 setup: $(VENV)/.installed
 
 # The main job: the controller on the example cluster, on a local kube-apiserver + etcd.
+# The real-node part of the demo needs Debian's runc, CNI plugins and busybox: installed
+# where apt-get works (root); elsewhere the demo says why it runs only the simulated part.
 demo: setup
+	-@$(MAKE) -s $(NODE_FILES) >/dev/null 2>&1
 	$(BIN)/headroom demo
 
 lint: setup

@@ -56,7 +56,7 @@ from cluster_helpers import register_webhook  # noqa: E402
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.planner import plan_cluster  # noqa: E402
-from headroom.sim import controlplane  # noqa: E402
+from headroom.testbed import controlplane  # noqa: E402
 
 SUBJECT_TOKEN = "headroom-test-controller-token"  # user headroom-controller, bound to cluster-admin here
 SUBJECT_USER = "headroom-controller"

@@ -1,8 +1,16 @@
-"""`headroom demo`: the example cluster on a real local control plane, before and after.
+"""`headroom demo`: the example cluster on a real local control plane, before and after,
+then the same policy on a real node of this machine.
 
-Starts etcd and kube-apiserver (built from Go modules by tests/testenv/build.sh), loads a
-snapshot into them, runs the controller with a simulated kubelet per node until the
-cluster settles, and prints each node's factor and each pod's CPU limits before and after.
+First: etcd and kube-apiserver (built from Go modules by tests/testenv/build.sh), the
+snapshot loaded into them, the controller with a simulated kubelet per node (the example
+has seven nodes; this machine is one) until the cluster settles: each node's factor and
+each pod's CPU limits before and after.
+
+Then, where this machine can run a real node (Linux, root, a cgroup v1 cpu controller):
+the pods of the example's worked node, their requests scaled to this machine, as busy
+pods with tight limits on a real kubelet (tests/realnode/build.sh), and Headroom: each
+pod's limit, its container's CFS quota and its throttling before and after, from the
+kernel's counters. Elsewhere one line says why it was not run.
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from ..api import crds
 from ..cluster.api import MERGE_PATCH, Api, ApiError, object_path
 from ..cluster.live import read_cluster
 from ..cluster.snapshot import read_objects
+from ..core import keys
 from ..core.capabilities import pod_level_resize
 from ..core.planner import ClusterPlan, plan_cluster
-from ..core.quantity import format_milli
+from ..core.quantity import cpu_milli, format_milli
 from ..engine.controller import Controller, Options
 from ..output import table
 from ..testbed.controlplane import ControlPlane, build
@@ -154,4 +163,136 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
         f"\n{changed} pod(s) changed (*); requests and memory untouched. The controller's writes are "
         f"CPU limits through pods/resize, field manager 'headroom'."
     )
+    real_node_demo(items, say)
     return 0
+
+
+EXAMPLE_NODE = "batch-1"  # the design's worked example: its pods, scaled to this machine
+DEMO_NS = "demo"
+
+
+def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = print, window: float = 5.0) -> bool:
+    """The example node's pods as busy pods on a real node of this machine, with tight
+    static limits (limit = request), then Headroom: each pod's limit, its container's CFS
+    quota and its throttling, before and after, from the cgroups. False (and one line
+    saying why) where this machine cannot run a real node."""
+    from ..testbed.controlplane import ControlPlaneError
+    from ..testbed.node import RealNode, build_node, busy_pod, unavailable
+
+    why = unavailable()
+    if why is None:
+        try:
+            bins = build_node()
+        except ControlPlaneError as exc:
+            why = str(exc).splitlines()[0]
+    if why is not None:
+        say(f"\nreal node: not run on this machine ({why}); the limits above are what a simulated kubelet applied")
+        return False
+    node_obj = next((o for o in items if o.get("kind") == "Node" and o["metadata"]["name"] == EXAMPLE_NODE), None)
+    pods = [o for o in items if o.get("kind") == "Pod" and (o.get("spec") or {}).get("nodeName") == EXAMPLE_NODE]
+    if node_obj is None or not pods:
+        say(f"\nreal node: the snapshot has no node {EXAMPLE_NODE} with pods to replay")
+        return False
+    say(f"\nreal node: {EXAMPLE_NODE}'s pods as busy pods on a real kubelet here (containerd, runc, cgroups) ...")
+    cp = ControlPlane(build(), components_dir=bins)
+    node = RealNode(cp, bins)
+    controller: Controller | None = None
+    try:
+        cp.start()
+        node.start()
+        api = cp.api()
+        for obj in crds.definitions().values():
+            api.apply(obj, "headroom-demo")
+        _wait_established(api, [o["metadata"]["name"] for o in crds.definitions().values()])
+        managed = {"kube-headroom.dev/mode": "managed"}
+        api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DEMO_NS, "labels": managed}}, "demo")
+        example = cpu_milli(node_obj["status"]["allocatable"]["cpu"])
+        here = cpu_milli(api.get(f"/api/v1/nodes/{node.name}")["status"]["allocatable"]["cpu"])
+        requests: dict[str, str] = {}
+        for p in pods:
+            request = sum(
+                cpu_milli((c.get("resources") or {}).get("requests", {}).get("cpu", "0"))
+                for c in p["spec"]["containers"]
+            )
+            name = p["metadata"]["name"]
+            requests[name] = format_milli(max(10, request * here // example // 10 * 10))
+            api.post(f"/api/v1/namespaces/{DEMO_NS}/pods", busy_pod(name, node.name, requests[name], requests[name]))
+        names = list(requests)
+        ids = _running(api, names)
+        before = _measure(api, node, ids, window)
+        api.apply({"apiVersion": keys.API_VERSION, "kind": keys.CONFIG_KIND, "metadata": {"name": "cluster"}}, "demo")
+        controller = Controller(api, Options(workers=2, identity="demo-real", leader_elect=False))
+        controller.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _raised(api, node, ids, before):
+            time.sleep(0.2)
+        after = _measure(api, node, ids, window)
+    finally:
+        if controller is not None:
+            controller.shutdown()
+        node.stop()
+        cp.stop()
+    rows = [["POD", "REQUEST", "LIMIT", "CFS QUOTA", "THROTTLED", "CORES USED"]]
+    for n in names:
+        (l0, q0, t0, c0), (l1, q1, t1, c1) = before[n], after[n]
+        rows.append(
+            [
+                n,
+                requests[n],
+                f"{l0} → {l1}",
+                f"{q0} → {q1}",
+                f"{t0:.0%} → {t1:.0%}",
+                f"{c0:.2f} → {c1:.2f}",
+            ]
+        )
+    say(f"\n{table(rows)}")
+    say(
+        f"\nreal node {node.name}: {format_milli(here)} CPU; requests scaled from {EXAMPLE_NODE}'s "
+        f"{format_milli(example)}; each pod spins one thread. Measured from the containers' cgroups over "
+        f"{window:.0f} s before and after Headroom (quota in µs per 100 ms period)."
+    )
+    return True
+
+
+def _limit(api: Api, name: str) -> str:
+    return str(
+        api.get(f"/api/v1/namespaces/{DEMO_NS}/pods/{name}")["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    )
+
+
+def _raised(api: Api, node: Any, ids: dict[str, str], before: dict[str, tuple[str, int, float, float]]) -> bool:
+    """Every pod has a new limit, and its container's CFS quota is that limit."""
+    for n, cid in ids.items():
+        limit, counters = _limit(api, n), node.counters(cid)
+        if limit == before[n][0] or counters is None or counters.quota_us != cpu_milli(limit) * 100:
+            return False
+    return True
+
+
+def _running(api: Api, names: list[str], timeout: float = 90) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        ids = {}
+        for n in names:
+            statuses = api.get(f"/api/v1/namespaces/{DEMO_NS}/pods/{n}")["status"].get("containerStatuses") or []
+            if statuses and statuses[0].get("state", {}).get("running"):
+                ids[n] = statuses[0]["containerID"]
+        if len(ids) == len(names):
+            return ids
+        if time.monotonic() > deadline:
+            raise ApiError(0, "Timeout", f"demo pods not running after {timeout:.0f}s: {sorted(set(names) - set(ids))}")
+        time.sleep(0.3)
+
+
+def _measure(api: Api, node: Any, ids: dict[str, str], seconds: float) -> dict[str, tuple[str, int, float, float]]:
+    """name -> (limit, quota, throttled share, cores) over a window."""
+    start = {n: node.counters(c) for n, c in ids.items()}
+    time.sleep(seconds)
+    out = {}
+    for n, c in ids.items():
+        end, begin = node.counters(c), start[n]
+        if end is None or begin is None:
+            raise ApiError(0, "Gone", f"demo pod {n} lost its container")
+        share, _, cores = end.since(begin)
+        out[n] = (_limit(api, n), end.quota_us, share, cores)
+    return out
