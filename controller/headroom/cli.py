@@ -241,7 +241,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
 
     from .cluster.api import ApiError
-    from .sim.demo import run_demo
+    from .demo import run_demo
     from .testbed.controlplane import ControlPlaneError
 
     try:

@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from cluster_helpers import K8S_MINOR, K8S_VERSION
 from headroom.api import crds
 from headroom.core.quantity import cpu_milli
-from headroom.sim.demo import _wait_established, load
+from headroom.demo import _wait_established, load
 from headroom.testbed.controlplane import ControlPlane, build
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,2 +1,3 @@
 """What simulates: the kubelet stand-in that writes pod status where no real node runs
-(scale tests and `headroom demo` on machines that cannot run a real node), and the demo."""
+(scale tests, the shared integration control plane, and the multi-node part of
+`headroom demo`)."""

@@ -200,38 +200,33 @@ class ControlPlane:
 
     def _start_components(self) -> None:
         assert self.components_dir is not None
-        w = self.workdir
-        sched = self.component_kubeconfig("system:kube-scheduler")
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(self.components_dir / "kube-scheduler"),
-                f"--kubeconfig={sched}",
-                f"--authentication-kubeconfig={sched}",
-                f"--authorization-kubeconfig={sched}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                "--v=1",
-            ],
-        )
-        kcm = self.component_kubeconfig("system:kube-controller-manager")
-        self._spawn(
+        self._component("kube-scheduler", "system:kube-scheduler")
+        self._component(
             "kube-controller-manager",
+            "system:kube-controller-manager",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={self.sa_private}",
+            f"--root-ca-file={self.ca_file}",
+            f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
+            "--controllers=*,-bootstrapsigner,-tokencleaner",
+        )
+
+    def _component(self, name: str, user: str, *args: str) -> None:
+        """kube-scheduler or kube-controller-manager as `user`, serving on loopback only."""
+        assert self.components_dir is not None
+        kubeconfig = self.component_kubeconfig(user)
+        self._spawn(
+            name,
             [
-                str(self.components_dir / "kube-controller-manager"),
-                f"--kubeconfig={kcm}",
-                f"--authentication-kubeconfig={kcm}",
-                f"--authorization-kubeconfig={kcm}",
+                str(self.components_dir / name),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={self.sa_private}",
-                f"--root-ca-file={self.ca_file}",
-                f"--flex-volume-plugin-dir={w / 'flexvolume'}",
-                "--controllers=*,-bootstrapsigner,-tokencleaner",
                 "--v=1",
+                *args,
             ],
         )
 

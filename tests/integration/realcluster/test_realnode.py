@@ -16,7 +16,7 @@ from typing import Any
 from cluster_helpers import wait_limits
 from headroom.cluster.api import Api, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
-from headroom.testbed.node import BUSYBOX_IMAGE, RealNode, busy_pod
+from headroom.testbed.node import RealNode, busy_pod
 
 PERIOD_US = 100_000  # the kubelet's CFS period
 
@@ -82,6 +82,37 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     assert after < 0.05 and used_after > 0.4, (used_after, after)
 
 
+def deploy(api: Api, ns: str, name: str, replicas: int, limited: bool = False) -> list[dict[str, Any]]:
+    """A Deployment of sleeping pods requesting 100m and no CPU limit, as the ReplicaSet
+    controller creates them; its pods once each has a container status (and, with
+    `limited`, a CPU limit)."""
+    labels = {"app": name}
+    template = busy_pod(name, None, "100m", None, busy=False)
+    api.post(
+        f"/apis/apps/v1/namespaces/{ns}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        pods = api.get(f"/api/v1/namespaces/{ns}/pods", {"labelSelector": f"app={name}"})["items"]
+        ready = [p for p in pods if p["status"].get("containerStatuses")]
+        if limited:
+            ready = [p for p in ready if p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu")]
+        if len(pods) == replicas and len(ready) == replicas:
+            return pods
+        assert time.monotonic() < deadline, [p["status"] for p in pods]
+        time.sleep(0.5)
+
+
 def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_cgroups(
     api, namespace, real_node, headroom_config, webhook_controller
 ):
@@ -90,41 +121,7 @@ def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_c
     the real node, and the controller raises them: the container cgroups follow."""
     headroom_config()
     c, _ = webhook_controller("headroom-real")
-    labels = {"app": "sleepy"}
-    api.post(
-        f"/apis/apps/v1/namespaces/{namespace}/deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "sleepy"},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 0,
-                        "containers": [
-                            {
-                                "name": "app",
-                                "image": BUSYBOX_IMAGE,
-                                "imagePullPolicy": "Never",
-                                "command": ["sleep", "3600"],
-                                "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}},
-                            }
-                        ],
-                    },
-                },
-            },
-        },
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=sleepy"})["items"]
-        if len(pods) == 3 and all(p["status"].get("containerStatuses") for p in pods):
-            break
-        assert time.monotonic() < deadline, [p["status"] for p in pods]
-        time.sleep(0.5)
+    pods = deploy(api, namespace, "sleepy", 3)
     for p in pods:
         owner = p["metadata"]["ownerReferences"][0]
         assert owner["kind"] == "ReplicaSet" and owner["name"].startswith("sleepy-"), owner  # the real chain
@@ -299,29 +296,7 @@ def test_raises_stay_inside_a_quota_the_quota_controller_counts(
         time.sleep(0.3)
     headroom_config()
     c, _ = webhook_controller("headroom-quota")
-    labels = {"app": "quota"}
-    template = busy_pod("x", None, "100m", None, busy=False)
-    api.post(
-        f"/apis/apps/v1/namespaces/{namespace}/deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "quota"},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
-            },
-        },
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
-        limits = [p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for p in pods]
-        if len(pods) == 3 and all(limits):
-            break
-        assert time.monotonic() < deadline, limits
-        time.sleep(0.5)
+    deploy(api, namespace, "quota", 3, limited=True)
     time.sleep(8)  # the raises that fit are written; nothing more can be
     pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
     total = sum(cpu_milli(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in pods)

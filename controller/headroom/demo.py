@@ -21,19 +21,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import logs
-from ..api import crds
-from ..cluster.api import MERGE_PATCH, Api, ApiError, object_path
-from ..cluster.live import read_cluster
-from ..cluster.snapshot import read_objects
-from ..core import keys
-from ..core.capabilities import pod_level_resize
-from ..core.planner import ClusterPlan, plan_cluster
-from ..core.quantity import cpu_milli, format_milli
-from ..engine.controller import Controller, Options
-from ..output import table
-from ..testbed.controlplane import ControlPlane, build
-from .kubelet import SimulatedKubelet
+from . import logs
+from .api import crds
+from .cluster.api import MERGE_PATCH, Api, ApiError, object_path
+from .cluster.live import read_cluster
+from .cluster.snapshot import read_objects
+from .core import keys
+from .core.capabilities import pod_level_resize
+from .core.planner import ClusterPlan, plan_cluster
+from .core.quantity import cpu_milli, format_milli
+from .engine.controller import Controller, Options
+from .output import table
+from .sim.kubelet import SimulatedKubelet
+from .testbed.controlplane import ControlPlane, ControlPlaneError, build
+from .testbed.node import RealNode, build_node, busy_pod, unavailable
 
 ORDER = ("CustomResourceDefinition", "Namespace", "Node", "HeadroomConfig", "NodePoolProfile", "Pod")
 
@@ -176,9 +177,6 @@ def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = pri
     static limits (limit = request), then Headroom: each pod's limit, its container's CFS
     quota and its throttling, before and after, from the cgroups. False (and one line
     saying why) where this machine cannot run a real node."""
-    from ..testbed.controlplane import ControlPlaneError
-    from ..testbed.node import RealNode, build_node, busy_pod, unavailable
-
     why = unavailable()
     if why is None:
         try:
