@@ -210,3 +210,53 @@ def bind_controller(api: Api) -> str:
         elif doc["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             api.apply({**doc, "subjects": user}, "headroom-tests")
     return CONTROLLER_TOKEN
+
+
+def install_vpa_crd(api: Api) -> str:
+    """The published VerticalPodAutoscaler CRD (pinned in tests/vpa/go.mod), installed and
+    served; its name."""
+    import json
+    import subprocess
+
+    from ruamel.yaml import YAML
+
+    here = Path(__file__).resolve().parent / "vpa"
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", "k8s.io/autoscaler/vertical-pod-autoscaler"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    manifest = Path(json.loads(found.stdout)["Dir"]) / "deploy" / "vpa-v1-crd-gen.yaml"
+    name = "verticalpodautoscalers.autoscaling.k8s.io"
+    for doc in YAML(typ="safe").load_all(manifest.read_text()):
+        if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
+            api.apply(doc, "headroom-tests")
+    deadline = time.monotonic() + 30
+    while True:
+        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
+        if conds.get("Established", {}).get("status") == "True":
+            return name
+        assert time.monotonic() < deadline, f"{name} not Established: {conds}"
+        time.sleep(0.2)
+
+
+def vpa(api: Api, ns: str, name: str, target: str, kind: str = "Deployment", **policy: Any) -> None:
+    """A VerticalPodAutoscaler for the workload `kind`/`target`; `policy` goes into a
+    container policy for every container (e.g. controlledValues="RequestsOnly")."""
+    spec: dict[str, Any] = {
+        "targetRef": {"apiVersion": "apps/v1" if kind != "Job" else "batch/v1", "kind": kind, "name": target},
+        "updatePolicy": {"updateMode": "InPlaceOrRecreate"},
+    }
+    if policy:
+        spec["resourcePolicy"] = {"containerPolicies": [{"containerName": "*", **policy}]}
+    body = {
+        "apiVersion": "autoscaling.k8s.io/v1",
+        "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    api.post(f"/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers", body)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ruamel.yaml import YAML
 
-from cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds
+from cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds, install_vpa_crd
 from faultproxy import FaultProxy
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.testbed.controlplane import ControlPlane, build, free_port
@@ -265,25 +263,4 @@ def proxy(control_plane: ControlPlane) -> Iterator[tuple[FaultProxy, Path]]:
 @pytest.fixture(scope="session")
 def vpa_crd(api: Api) -> str:
     """The published VerticalPodAutoscaler CRD (pinned in tests/vpa/go.mod), installed and served."""
-    here = Path(__file__).resolve().parents[1] / "vpa"
-    found = subprocess.run(
-        ["go", "mod", "download", "-json", "k8s.io/autoscaler/vertical-pod-autoscaler"],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
-    manifest = Path(json.loads(found.stdout)["Dir"]) / "deploy" / "vpa-v1-crd-gen.yaml"
-    name = "verticalpodautoscalers.autoscaling.k8s.io"
-    for doc in YAML(typ="safe").load_all(manifest.read_text()):
-        if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
-            api.apply(doc, "headroom-tests")
-    deadline = time.monotonic() + 30
-    while True:
-        crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = {c["type"]: c for c in (crd.get("status") or {}).get("conditions") or []}
-        if conds.get("Established", {}).get("status") == "True":
-            return name
-        assert time.monotonic() < deadline, f"{name} not Established: {conds}"
-        time.sleep(0.2)
+    return install_vpa_crd(api)

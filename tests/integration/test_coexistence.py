@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster_helpers import cpu_limits, create_pod, events, wait_annotation, wait_limits
+from cluster_helpers import cpu_limits, create_pod, events, vpa, wait_annotation, wait_limits
 from factories import container
 from faultproxy import Rule
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
@@ -73,22 +73,6 @@ def deployment_pod(api: Api, ns: str, node: str, deployment: str, **kw: Any) -> 
         **kw,
     )
     return name
-
-
-def vpa(api: Api, ns: str, name: str, deployment: str, **policy: Any) -> None:
-    spec: dict[str, Any] = {
-        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment},
-        "updatePolicy": {"updateMode": "InPlaceOrRecreate"},
-    }
-    if policy:
-        spec["resourcePolicy"] = {"containerPolicies": [{"containerName": "*", **policy}]}
-    body = {
-        "apiVersion": "autoscaling.k8s.io/v1",
-        "kind": "VerticalPodAutoscaler",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    api.post(VPA.format(ns=ns), body)
 
 
 def test_vpa_that_sets_limits_keeps_its_pods_and_a_requests_only_vpa_coexists_without_a_write_fight(cluster, vpa_crd):

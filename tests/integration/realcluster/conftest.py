@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster_helpers import bind_controller, install_crds
+from cluster_helpers import bind_controller, install_crds, install_vpa_crd
 from headroom.cluster.api import Api
 from headroom.testbed.controlplane import ControlPlane, build
 from headroom.testbed.node import RealNode, build_node
@@ -62,3 +62,8 @@ def crds_installed(api: Api) -> list[str]:
 @pytest.fixture(scope="session")
 def controller_rbac(api: Api, crds_installed: list[str]) -> str:
     return bind_controller(api)
+
+
+@pytest.fixture(scope="session")
+def vpa_crd(api: Api) -> str:
+    return install_vpa_crd(api)

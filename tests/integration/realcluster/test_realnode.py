@@ -306,3 +306,56 @@ def test_raises_stay_inside_a_quota_the_quota_controller_counts(
     assert total <= 1000 and cpu_milli(used) == total, (total, used)
     assert total > 600, total  # raised above the webhook's 3 x 200m, as far as the quota lets it
     assert not denied, denied
+
+
+def _workload(api: Api, ns: str, kind: str, name: str) -> None:
+    """A StatefulSet or Job of one sleeping pod requesting 100m, no CPU limit."""
+    labels = {"app": name}
+    template = {"metadata": {"labels": labels}, "spec": busy_pod(name, None, "100m", None, busy=False)["spec"]}
+    if kind == "StatefulSet":
+        path, api_version = f"/apis/apps/v1/namespaces/{ns}/statefulsets", "apps/v1"
+        spec: dict[str, Any] = {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": template,
+        }
+    else:
+        path, api_version = f"/apis/batch/v1/namespaces/{ns}/jobs", "batch/v1"
+        template["spec"]["restartPolicy"] = "Never"
+        spec = {"template": template, "backoffLimit": 0}
+    api.post(path, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec})
+
+
+def test_vpas_are_matched_through_the_owner_chains_kubernetes_writes(
+    api, namespace, real_node, headroom_config, start_controller, vpa_crd
+):
+    """Pods made by the real controllers — Deployment → ReplicaSet → Pod, StatefulSet → Pod,
+    Job → Pod — with a VerticalPodAutoscaler that sets limits on some of them: those are
+    left to it, the others get their limits."""
+    from cluster_helpers import vpa
+
+    vpa(api, namespace, "web-vpa", "web")  # RequestsAndLimits, the VPA default
+    vpa(api, namespace, "db-vpa", "db", kind="StatefulSet")
+    deploy(api, namespace, "web", 1)
+    deploy(api, namespace, "api", 1)
+    _workload(api, namespace, "StatefulSet", "db")
+    _workload(api, namespace, "Job", "batch")
+    headroom_config()
+    start_controller()
+    deadline = time.monotonic() + 60
+    while True:
+        pods = {p["metadata"]["labels"]["app"]: p for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]}
+        limits = {a: p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for a, p in pods.items()}
+        if len(pods) == 4 and limits["api"] and limits["batch"]:
+            break
+        assert time.monotonic() < deadline, limits
+        time.sleep(0.5)
+    time.sleep(4)  # a write to the VPA's pods would have come with the others
+    pods = {p["metadata"]["labels"]["app"]: p for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]}
+    limits = {a: p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for a, p in pods.items()}
+    owners = {a: p["metadata"]["ownerReferences"][0]["kind"] for a, p in pods.items()}
+    print(f"\nowners {owners}; CPU limits {limits}")
+    assert owners == {"web": "ReplicaSet", "api": "ReplicaSet", "db": "StatefulSet", "batch": "Job"}
+    assert limits["web"] is None and limits["db"] is None, limits  # their VPAs set limits: never written
+    assert limits["api"] and limits["batch"], limits
