@@ -168,9 +168,12 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
         if f.name == "phase":  # only terminal or not is an input: the kubelet starting a pod is none
             assert base.same_inputs(dataclasses.replace(base, phase="Pending"))
             assert not base.same_inputs(dataclasses.replace(base, phase="Succeeded"))
+            assert not base.same_decision(dataclasses.replace(base, phase="Failed"))
             continue
         other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
         assert base.same_inputs(other) is (f.name in ignored), f.name
+        # a decision stands across what only status counts: the kubelet's answer to a write
+        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred"}), f.name
 
 
 def test_a_node_being_resized_counts_the_capacity_it_is_asked_to_shrink_to():

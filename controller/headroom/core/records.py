@@ -88,9 +88,20 @@ class Pod:
     resized_by_headroom: bool = False
 
     def same_inputs(self, other: Pod) -> bool:
+        """Equal in everything the node's plan reads, status counts included (whether a
+        resize is pending or deferred): a change here requeues the node."""
+        return (
+            self.same_decision(other)
+            and self.resize_pending == other.resize_pending
+            and self.resize_deferred == other.resize_deferred
+        )
+
+    def same_decision(self, other: Pod) -> bool:
         """Equal in everything eligibility and policy read: all but the resourceVersion,
-        what only the write path reads (our annotations, whether Headroom resized it before),
-        and the phase short of terminal (the kubelet starting a pod changes no decision).
+        what only the write path reads (our annotations, whether Headroom resized it
+        before), what only status counts (a resize pending or deferred: the kubelet's
+        answer to the last write), and the phase short of terminal (the kubelet starting a
+        pod changes no decision). A resize decided on `other` still stands for this pod.
         (A unit test holds this list to the fields.)"""
         return (
             self.booked_cpu == other.booked_cpu
@@ -107,8 +118,6 @@ class Pod:
             and self.qos == other.qos
             and self.resize_infeasible == other.resize_infeasible
             and self.memory_pinned == other.memory_pinned
-            and self.resize_pending == other.resize_pending
-            and self.resize_deferred == other.resize_deferred
             and self.windows == other.windows
             and self.resize_refused_generation == other.resize_refused_generation
             and self.overhead_cpu == other.overhead_cpu

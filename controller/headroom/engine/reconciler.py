@@ -353,7 +353,7 @@ class Reconciler:
             while cont.steps:
                 pp = cont.steps[0]
                 pod = self.cache.pod(pp.pod.key)
-                if pod is None or pod.uid != pp.pod.uid or pod.key in backing_off or not pod.same_inputs(pp.pod):
+                if pod is None or pod.uid != pp.pod.uid or pod.key in backing_off or not pod.same_decision(pp.pod):
                     # Deleted, or changed since the decision: nothing to write now (a change
                     # requeued the node; a recompute decides again).
                     cont.steps.pop(0)
@@ -519,7 +519,7 @@ class Reconciler:
             fresh is None
             or fresh.uid != sent.uid
             or fresh.resource_version == sent.resource_version
-            or not fresh.same_inputs(decided)
+            or not fresh.same_decision(decided)
         ):
             return None
         return fresh
