@@ -24,7 +24,6 @@ from headroom.sim.kubelet import SimulatedKubelet
 # these run on every pinned release.
 pytestmark = pytest.mark.version_sensitive
 
-VPA = "/apis/autoscaling.k8s.io/v1/namespaces/{ns}/verticalpodautoscalers"
 RESIZE = r"/pods/[^/]+/resize$"
 
 

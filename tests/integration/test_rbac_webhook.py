@@ -10,8 +10,6 @@ import pytest
 from factories import container, pod
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 
-WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-
 
 def test_the_controller_identity_cannot_update_pods_patch_nodes_or_read_secrets(
     control_plane, api, namespace, make_node, controller_rbac
