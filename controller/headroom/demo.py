@@ -34,7 +34,7 @@ from .engine.controller import Controller, Options
 from .output import table
 from .sim.kubelet import SimulatedKubelet
 from .testbed.controlplane import ControlPlane, ControlPlaneError, build
-from .testbed.node import RealNode, build_node, busy_pod, unavailable
+from .testbed.node import RealNode, build_node, busy_pod, running_containers, unavailable
 
 ORDER = ("CustomResourceDefinition", "Namespace", "Node", "HeadroomConfig", "NodePoolProfile", "Pod")
 
@@ -216,7 +216,7 @@ def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = pri
             requests[name] = format_milli(max(10, request * here // example // 10 * 10))
             api.post(f"/api/v1/namespaces/{DEMO_NS}/pods", busy_pod(name, node.name, requests[name], requests[name]))
         names = list(requests)
-        ids = _running(api, names)
+        ids = running_containers(api, DEMO_NS, names)
         before = _measure(api, node, ids, window)
         api.apply({"apiVersion": keys.API_VERSION, "kind": keys.CONFIG_KIND, "metadata": {"name": "cluster"}}, "demo")
         controller = Controller(api, Options(workers=2, identity="demo-real", leader_elect=False))
@@ -265,21 +265,6 @@ def _raised(api: Api, node: Any, ids: dict[str, str], before: dict[str, tuple[st
         if limit == before[n][0] or counters is None or counters.quota_us != cpu_milli(limit) * 100:
             return False
     return True
-
-
-def _running(api: Api, names: list[str], timeout: float = 90) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        ids = {}
-        for n in names:
-            statuses = api.get(f"/api/v1/namespaces/{DEMO_NS}/pods/{n}")["status"].get("containerStatuses") or []
-            if statuses and statuses[0].get("state", {}).get("running"):
-                ids[n] = statuses[0]["containerID"]
-        if len(ids) == len(names):
-            return ids
-        if time.monotonic() > deadline:
-            raise ApiError(0, "Timeout", f"demo pods not running after {timeout:.0f}s: {sorted(set(names) - set(ids))}")
-        time.sleep(0.3)
 
 
 def _measure(api: Api, node: Any, ids: dict[str, str], seconds: float) -> dict[str, tuple[str, int, float, float]]:

@@ -39,25 +39,9 @@ from cluster_helpers import bind_controller, install_crds  # noqa: E402
 from headroom.cluster.api import Api, pod_path  # noqa: E402
 from headroom.core.quantity import cpu_milli, format_milli  # noqa: E402
 from headroom.testbed.controlplane import ControlPlane, build  # noqa: E402
-from headroom.testbed.node import RealNode, build_node, busy_pod  # noqa: E402
+from headroom.testbed.node import RealNode, build_node, busy_pod, running_containers  # noqa: E402
 
 NS = "bench"
-
-
-def _running(api: Api, names: list[str], timeout: float = 90) -> dict[str, str]:
-    """name -> containerID once every pod runs."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ids = {}
-        for n in names:
-            st = api.get(pod_path(NS, n))["status"].get("containerStatuses") or []
-            if st and st[0].get("state", {}).get("running"):
-                ids[n] = st[0]["containerID"]
-        if len(ids) == len(names):
-            return ids
-        if time.monotonic() > deadline:
-            raise SystemExit(f"pods not running after {timeout}s: {sorted(set(names) - set(ids))}")
-        time.sleep(0.5)
 
 
 def _measure(node: RealNode, api: Api, ids: dict[str, str], seconds: float) -> list[dict[str, Any]]:
@@ -126,7 +110,7 @@ def main() -> None:
         names = [f"busy-{i}" for i in range(args.pods)]
         for n in names:
             api.post(f"/api/v1/namespaces/{NS}/pods", busy_pod(n, None, "100m", "200m"))  # placed by the scheduler
-        ids = _running(api, names)
+        ids = running_containers(api, NS, names)
         allocatable = api.get(f"/api/v1/nodes/{node.name}")["status"]["allocatable"]["cpu"]
         print(f"real node {node.name}: {allocatable} CPU allocatable; {args.pods} busy pods, request 100m, limit 200m")
         _print(f"1. static limits, no Headroom ({args.window:.0f} s)", _measure(node, api, ids, args.window))

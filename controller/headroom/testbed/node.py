@@ -138,6 +138,22 @@ def busy_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
+def running_containers(api: Any, namespace: str, names: list[str], timeout: float = 90) -> dict[str, str]:
+    """name -> containerID once every named pod's first container runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ids = {}
+        for n in names:
+            statuses = api.get(f"/api/v1/namespaces/{namespace}/pods/{n}")["status"].get("containerStatuses") or []
+            if statuses and statuses[0].get("state", {}).get("running"):
+                ids[n] = statuses[0]["containerID"]
+        if len(ids) == len(names):
+            return ids
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"pods not running after {timeout:.0f}s: {sorted(set(names) - set(ids))}")
+        time.sleep(0.3)
+
+
 @dataclass
 class RealNode:
     control_plane: ControlPlane

@@ -25,13 +25,13 @@ from fractions import Fraction
 from typing import Any
 
 from ..core import keys, release
-from ..core.eligibility import MANAGED, eligibility
+from ..core.eligibility import MANAGED, computed_containers, eligibility, node_excluded
 from ..core.neighbours import EMPTY, Neighbours, limit_range_refusal
 from ..core.params import Resolver, Settings
 from ..core.planner import user_cap
 from ..core.policy import QUANTUM
 from ..core.quantity import format_milli
-from ..core.records import GUARANTEED, INIT, Namespace, Node, Pod, RecordError, pod_from_dict, qos_class
+from ..core.records import GUARANTEED, Namespace, Node, Pod, RecordError, pod_from_dict, qos_class
 
 UNSCHEDULED = "(not yet scheduled)"
 
@@ -161,8 +161,7 @@ def _settings_of(candidates: Iterable[Node], resolver: Resolver) -> dict[tuple[i
     for node in candidates:
         settings = resolver.for_labels(node.labels)
         static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
-        excluded = any(s.matches(node.labels) for s in settings.exclusions.node_selectors)
-        key = (id(settings), static or excluded, node.windows)
+        key = (id(settings), static or node_excluded(node.labels, settings), node.windows)
         if key not in kinds:
             kinds[key] = (node, settings)
     return kinds
@@ -251,7 +250,6 @@ def _limit_ops(
 ) -> tuple[list[dict[str, Any]], dict[str, int], int | None]:
     """The limit operations, the container limits they set and the pod-level one. `cap`
     bounds the pod's total (the smallest allocatable, the max-cpu annotation)."""
-    ex = settings.exclusions
 
     pl = record.pod_level
     if pl is not None:
@@ -268,7 +266,7 @@ def _limit_ops(
         )
         return [{"op": "add", "path": path, "value": value}], {}, limit
 
-    computed = [c for c in record.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in ex.containers]
+    computed = computed_containers(record, settings)
     total = sum(c.cpu_request for c in computed)
     new: dict[str, int] = {}
     for c in computed:
