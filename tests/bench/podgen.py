@@ -52,6 +52,7 @@ def make_pod(i: int, nodes: int, rng: random.Random) -> dict[str, Any]:
         }
 
     ts = "2026-11-29T06:00:00Z"
+    containers = [ctr("app", cpu, None if i % 3 else cpu), ctr("sidecar", "50m", "100m")]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -108,7 +109,7 @@ def make_pod(i: int, nodes: int, rng: random.Random) -> dict[str, Any]:
             ],
         },
         "spec": {
-            "containers": [ctr("app", cpu, None if i % 3 else cpu), ctr("sidecar", "50m", "100m")],
+            "containers": containers,
             "volumes": [
                 {"name": "config", "configMap": {"name": f"{app}-config", "defaultMode": 420}},
                 {
@@ -147,18 +148,19 @@ def make_pod(i: int, nodes: int, rng: random.Random) -> dict[str, Any]:
             ],
             "containerStatuses": [
                 {
-                    "name": c,
+                    "name": c["name"],
                     "ready": True,
                     "restartCount": 0,
                     "started": True,
-                    "image": f"registry.example.com/{app}/{c}:v1",
-                    "imageID": f"registry.example.com/{app}/{c}@sha256:{'ab' * 32}",
+                    "image": f"registry.example.com/{app}/{c['name']}:v1",
+                    "imageID": f"registry.example.com/{app}/{c['name']}@sha256:{'ab' * 32}",
                     "containerID": f"containerd://{'cd' * 32}",
                     "state": {"running": {"startedAt": ts}},
-                    "allocatedResources": {"cpu": cpu if c == "app" else "50m", "memory": "256Mi"},
-                    "resources": {"requests": {"cpu": cpu if c == "app" else "50m", "memory": "256Mi"}},
+                    "allocatedResources": c["resources"]["requests"],
+                    # what the kubelet reports applied: the spec's resources, limits included
+                    "resources": c["resources"],
                 }
-                for c in ("app", "sidecar")
+                for c in containers
             ],
         },
     }

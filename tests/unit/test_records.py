@@ -173,7 +173,9 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
         other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
         assert base.same_inputs(other) is (f.name in ignored), f.name
         # a decision stands across what only status counts: the kubelet's answer to a write
-        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred"}), f.name
+        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred", "unapplied"}), (
+            f.name
+        )
 
 
 def test_a_node_being_resized_counts_the_capacity_it_is_asked_to_shrink_to():
@@ -190,3 +192,37 @@ def test_a_node_being_resized_counts_the_capacity_it_is_asked_to_shrink_to():
     cond = {"type": "CapacityConfigured", "status": "True", "reason": "InProgress"}
     in_progress = {**base, "status": {**base["status"], "conditions": [cond]}}
     assert node_from_dict(in_progress).resizing
+
+
+def _kubelet_says(limit: str | None, generation: int = 2, observed: int = 2, conditions=None, running=True):
+    """A pod whose spec CPU limit is 100m, with the kubelet's status as given (the shape the
+    real kubelet wrote when a resize reached it while it restarted: observedGeneration
+    caught up, no resize condition, the old limit still applied)."""
+    applied = {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    if limit is not None:
+        applied["limits"]["cpu"] = limit
+    raw = pod(
+        containers=[container("app", cpu="100m", limit="100m", mem="16Mi", mem_limit="64Mi")],
+        status={
+            "observedGeneration": observed,
+            "conditions": conditions or [],
+            "containerStatuses": [
+                {"name": "app", "state": {"running": {}} if running else {"waiting": {}}, "resources": applied}
+            ],
+        },
+    )
+    raw["metadata"]["generation"] = generation
+    return pod_from_dict(raw)
+
+
+def test_a_resize_the_kubelet_observed_but_never_applied_is_seen_and_counted_pending():
+    lost = _kubelet_says("260m")
+    assert lost.unapplied == (("app", 260),) and lost.resize_pending
+    assert _kubelet_says(None).unapplied == (("app", 0),)  # applied without a CPU limit at all
+    done = _kubelet_says("100m")
+    assert done.unapplied is None and not done.resize_pending
+    # a resize in flight is pending, not lost: not yet observed, or a condition says so
+    assert _kubelet_says("260m", generation=3, observed=2).unapplied is None
+    in_progress = [{"type": "PodResizeInProgress", "status": "True"}]
+    assert _kubelet_says("260m", conditions=in_progress).unapplied is None
+    assert _kubelet_says("260m", running=False).unapplied is None  # nothing applied to a container not running

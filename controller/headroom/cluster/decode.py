@@ -44,8 +44,13 @@ class _Container(_S):
     restartPolicy: Any = UNSET
 
 
+class _State(_S):
+    running: Any = UNSET  # only whether the container runs is read
+
+
 class _ContainerStatus(_S):
     name: Any = UNSET
+    state: _State | UnsetType | None = UNSET
     allocatedResources: Any = UNSET
     resources: _Resources | UnsetType | None = UNSET
 

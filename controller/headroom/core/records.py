@@ -86,6 +86,12 @@ class Pod:
     # Headroom's field manager has resized this pod before (metadata.managedFields): its
     # limits are no longer the ones it had, so they are not recorded as the original.
     resized_by_headroom: bool = False
+    # (container, CPU limit in millicores the kubelet reports applied, 0 for none) of the
+    # running app containers, when one differs from the spec while no resize is in flight:
+    # the kubelet observed a resize but never applied it (one that reached the API server
+    # while the kubelet was restarting is lost so). None in the usual case. Counted as
+    # pending; the reconciler sends such a resize again (docs/controller.md).
+    unapplied: tuple[tuple[str, int], ...] | None = None
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything the node's plan reads, status counts included (whether a
@@ -94,6 +100,7 @@ class Pod:
             self.same_decision(other)
             and self.resize_pending == other.resize_pending
             and self.resize_deferred == other.resize_deferred
+            and self.unapplied == other.unapplied
         )
 
     def same_decision(self, other: Pod) -> bool:
@@ -282,6 +289,25 @@ def _status_cpu(obj: Mapping[str, Any], statuses: Iterable[Mapping[str, Any]], o
         out[str(st.get("name"))] = best
 
 
+def _unapplied(
+    obj: Mapping[str, Any], statuses: Iterable[Mapping[str, Any]], app: list[Container]
+) -> tuple[tuple[str, int], ...] | None:
+    """The CPU limits the kubelet reports applied to the running app containers (0: none),
+    when one differs from the spec's; None when all agree or none is reported."""
+    spec = {c.name: c.cpu_limit or 0 for c in app}
+    applied = []
+    differs = False
+    for st in statuses:
+        name, res = st.get("name"), st.get("resources")
+        if name not in spec or not isinstance(res, Mapping) or "running" not in (st.get("state") or _EMPTY):
+            continue
+        v = (res.get("limits") or _EMPTY).get("cpu")
+        milli = 0 if v is None else _cpu(obj, v, "status.containerStatuses[].resources.limits.cpu")
+        applied.append((_intern(str(name)), milli))
+        differs = differs or milli != spec[name]
+    return tuple(applied) if differs else None
+
+
 def _booked(containers: tuple[Container, ...]) -> int:
     """What the scheduler books for the containers (KEP-753 sidecar rules)."""
     total = sum(c.booked_cpu for c in containers if c.kind in (APP, SIDECAR))
@@ -401,6 +427,10 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
                 refused_generation = _generation(
                     cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
                 )
+    unapplied = None
+    if not pending and pod_level is None and status.get("phase") == "Running" and "containerStatuses" in status:
+        unapplied = _unapplied(obj, status["containerStatuses"], app)
+        pending = unapplied is not None  # written, not applied
     resized = False
     for entry in meta.get("managedFields") or ():
         if entry.get("manager") == keys.FIELD_MANAGER and entry.get("subresource") == "resize":
@@ -440,6 +470,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         owner_name=owner_name,
         original_limits=annotations.get(keys.ORIGINAL_KEY),
         resized_by_headroom=resized,
+        unapplied=unapplied,
     )
 
 

@@ -26,9 +26,9 @@ from ..core import keys, release
 from ..core.neighbours import Neighbours, QuotaBudget
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
-from ..core.policy import PodTarget, outside_deadband, write_order
+from ..core.policy import ContainerTarget, PodTarget, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
-from ..core.records import Namespace, Node, Pod
+from ..core.records import APP, Namespace, Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState
 from .queue import NodeBusy
@@ -40,6 +40,13 @@ WOULD_APPLY = "would-apply"  # a dry run applies nothing: it counts what it woul
 CONFLICT_DELAY = 1.0  # a 409: the cache is behind; give the watch a moment to catch up
 CONFLICT_RETRIES = 2  # a 409 from a status-only change: the same resize again, on the new version
 BLOCKED_DELAY = 1.0  # the view is incomplete: look again shortly
+# A resize the kubelet observed but never applied (Pod.unapplied): how long the spec and
+# what the kubelet reports applied may disagree, with no resize in flight, before the
+# resize is sent again; and how often per pod. A real kubelet applies a CPU limit and
+# reports it within a second (docs/platform-notes.md).
+UNAPPLIED_GRACE = 10.0
+UNAPPLIED_RESENDS = 3
+UNAPPLIED = "unapplied"  # the PodTarget.bound of a resize that writes back what the kubelet applied
 
 
 @dataclass(slots=True)
@@ -179,6 +186,8 @@ class Reconciler:
         self._continuations: dict[str, _Continuation] = {}
         self._waves: dict[str, _Wave] = {}  # node -> resizes not yet told in a node event
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
+        self._unapplied_since: dict[str, float] = {}  # pod key -> when its spec and kubelet first disagreed
+        self._resent: dict[str, int] = {}  # pod key -> unapplied resizes sent again
         # What the namespaces' limits.cpu quotas still admit.
         self.quota = QuotaBudget(cache.namespace_limits, cache.pod)
 
@@ -186,6 +195,8 @@ class Reconciler:
         """A deleted pod: drop what was remembered about it."""
         self._refused_seen.pop(pod_key, None)
         self._warned.pop(pod_key, None)
+        self._unapplied_since.pop(pod_key, None)
+        self._resent.pop(pod_key, None)
 
     def changed(self, node: str, urgent: bool = False) -> None:
         """An input of `node` changed (called from the watch threads). An urgent change (the
@@ -261,6 +272,8 @@ class Reconciler:
         """Decide the node; queue its warnings and the annotations of pods that need no
         resize; the resizes to write (None: nothing to write)."""
         for pod in pods:
+            if pod.unapplied is None:
+                self._unapplied_since.pop(pod.key, None)
             if pod.resize_infeasible and self._refused_seen.get(pod.key) != pod.resize_refused_generation:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
@@ -307,6 +320,11 @@ class Reconciler:
             if t.apply and not settings.dry_run:
                 steps.append(pp)  # its annotation follows its resize
                 continue
+            if pp.pod.unapplied is not None and pp.reason == elig.MANAGED and not settings.dry_run:
+                resend = self._unapplied(pp, result)
+                if resend is not None:
+                    steps.append(resend)
+                    continue
             if t.apply:
                 self.on_outcome(WOULD_APPLY, True)
                 would.append(f"{pp.pod.key} {_change(pp.pod, t)}")
@@ -316,6 +334,54 @@ class Reconciler:
             self.writer.node_wave(node, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan))
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Continuation(plan, steps, neighbours) if steps else None
+
+    def _unapplied(self, pp: PodPlan, result: Result) -> PodPlan | None:
+        """A managed pod at its target whose kubelet reports other CPU limits applied, with
+        no resize in flight: once that has lasted UNAPPLIED_GRACE, the resize that writes
+        back what the kubelet applied (the kernel does not change), after which the target
+        is written again as a new resize the kubelet sees. None while waiting, when the
+        applied limits cannot be written back safely (none, or below a request), or once
+        UNAPPLIED_RESENDS are spent (then a Warning says so, once)."""
+        pod, t = pp.pod, pp.target
+        assert t is not None and pod.unapplied is not None
+        now = self._clock()
+        since = self._unapplied_since.setdefault(pod.key, now)
+        if now - since < UNAPPLIED_GRACE:
+            result.retry_at(since + UNAPPLIED_GRACE - now + 0.05)
+            return None
+        applied = dict(pod.unapplied)
+        spec = {c.name: c for c in pod.containers}
+        back = tuple(
+            ContainerTarget(name, spec[name].cpu_request, spec[name].cpu_limit, milli, True)
+            for name, milli in pod.unapplied
+            if milli != (spec[name].cpu_limit or 0)
+        )
+        safe = all(c.target >= max(c.request, 10) for c in back)
+        guaranteed = pod.memory_pinned and all(
+            applied.get(c.name, c.cpu_limit or 0) == c.cpu_request for c in pod.containers
+        )
+        shown = ", ".join(f"{c.name} {format_milli(c.target) if c.target else 'none'}" for c in back)
+        if not safe or guaranteed or self._resent.get(pod.key, 0) >= UNAPPLIED_RESENDS:
+            why = (
+                f"the kubelet reports CPU limits {shown} applied, not the spec's, and has no resize in "
+                "progress; they cannot be written back to make it try again"
+                if not safe or guaranteed
+                else f"the kubelet still reports CPU limits {shown} applied, not the spec's, after "
+                f"{UNAPPLIED_RESENDS} resizes sent again; look at the node's kubelet"
+            )
+            if self._warned.get(pod.key) != why:
+                self._warned[pod.key] = why
+                log.warning("resize not applied by the kubelet", extra={"pod": pod.key, "applied": shown})
+                self.writer.event(pod, "Warning", "CPULimitNotApplied", why, action="Compute")
+            return None
+        self._resent[pod.key] = self._resent.get(pod.key, 0) + 1
+        self._unapplied_since.pop(pod.key, None)
+        log.info(
+            "resize not applied by the kubelet; sending it again",
+            extra={"pod": pod.key, "applied": shown, "for_seconds": round(now - since, 1)},
+        )
+        total = sum(applied.get(c.name, c.cpu_limit or 0) for c in pod.containers if c.kind == APP)
+        return PodPlan(pod, pp.reason, replace(t, target=total, bound=UNAPPLIED, containers=back, apply=True))
 
     def _release(self, plan: NodePlan, pp: PodPlan, neighbours: Neighbours) -> PodPlan | None:
         """A pod Headroom no longer manages: the resize that restores its recorded limit
@@ -416,7 +482,9 @@ class Reconciler:
                             "reason": target.bound,
                         },
                     )
-                    if pp.reason == elig.MANAGED:
+                    if target.bound == UNAPPLIED:
+                        pass  # the target is written next, with its annotation
+                    elif pp.reason == elig.MANAGED:
                         self._annotate(plan, pod, target)
                     else:
                         self._annotate_released(
