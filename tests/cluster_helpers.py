@@ -248,7 +248,11 @@ def vpa(api: Api, ns: str, name: str, target: str, kind: str = "Deployment", **p
     """A VerticalPodAutoscaler for the workload `kind`/`target`; `policy` goes into a
     container policy for every container (e.g. controlledValues="RequestsOnly")."""
     spec: dict[str, Any] = {
-        "targetRef": {"apiVersion": "apps/v1" if kind != "Job" else "batch/v1", "kind": kind, "name": target},
+        "targetRef": {
+            "apiVersion": "batch/v1" if kind in ("Job", "CronJob") else "apps/v1",
+            "kind": kind,
+            "name": target,
+        },
         "updatePolicy": {"updateMode": "InPlaceOrRecreate"},
     }
     if policy:

@@ -9,7 +9,7 @@ from typing import Any
 from cluster_helpers import GROUP, K8S_MINOR, K8S_VERSION, cond, create_pod, profile, wait_for, wait_limits
 from factories import container
 from headroom.cluster.api import ApiError
-from headroom.sim.kubelet import DEFERRED, SimulatedKubelet
+from headroom.sim.kubelet import SimulatedKubelet
 
 
 def ready(obj: dict[str, Any]) -> bool:
@@ -110,23 +110,3 @@ def test_overlapping_profiles_and_an_unusable_profile(api, namespace, make_node,
         for name in ("ov-high", "ov-low", "ov-bad"):
             with contextlib.suppress(ApiError):
                 api.delete(f"{GROUP}/nodepoolprofiles/{name}")
-
-
-def test_a_deferred_resize_is_counted_in_status_and_metrics(
-    api, namespace, make_node, headroom_config, start_controller
-):
-    headroom_config()
-    node = make_node(cpu="8")
-    with SimulatedKubelet(api, node, outcome=DEFERRED):
-        create_pod(api, namespace, node, "d", containers=[container(cpu="500m")])
-        c = start_controller()
-        wait_limits(api, namespace, "d", ["5"], timeout=15)  # written; the kubelet defers it
-        cfg = wait_for(
-            api,
-            f"{GROUP}/headroomconfigs/cluster",
-            lambda o: (o.get("status") or {}).get("deferredResizes") == 1,
-            timeout=20,
-        )
-        assert cfg["status"]["pendingResizes"] == 1
-        status, text = c.http("/metrics", c.metrics_port)
-        assert status == 200 and "headroom_deferred_resizes 1.0" in text

@@ -8,8 +8,8 @@ in-place resize (KEP-1287): it starts pods (phase Running, one status per contai
 finishes their deletion once asked to (grace period 0, nothing runs), and
 when a pod's desired resources differ from what it reports as running it either applies
 them — `allocatedResources` at once, `PodResizeInProgress` for `delay` seconds, then the
-new `resources` — or marks the resize `PodResizePending` with reason `Deferred` or
-`Infeasible` and applies nothing.
+new `resources` — or, told to, marks the resize `PodResizePending` with reason
+`Infeasible` and applies nothing (a refusal injected to test the controller's backoff).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from typing import Any
 
 from ..cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 
-DEFERRED, INFEASIBLE = "Deferred", "Infeasible"
+# The one refusal the simulation can inject. A real kubelet defers only a request raise the
+# node cannot fit (tests/integration/realcluster shows it), never a limit-only resize, so
+# the simulation offers no "Deferred".
+INFEASIBLE = "Infeasible"
 
 
 def _now() -> str:
@@ -39,7 +42,7 @@ class SimulatedKubelet:
         self.api = api
         self.node = node
         self.delay = delay
-        self.outcome = outcome  # None applies resizes; DEFERRED or INFEASIBLE refuses them
+        self.outcome = outcome  # None applies resizes; INFEASIBLE refuses them
         self.applied = 0  # resizes actuated, for assertions
         self._in_progress: dict[str, float] = {}  # pod key -> when the resize completes
         self.errors: list[BaseException] = []  # raised again by stop(), so a test sees them
@@ -101,7 +104,7 @@ class SimulatedKubelet:
         if self.outcome is not None:
             pending = next((c for c in status.get("conditions") or [] if c["type"] == "PodResizePending"), None)
             if pending is None or pending.get("observedGeneration", 0) != meta.get("generation", 1):
-                message = "Node didn't have enough capacity" if self.outcome == INFEASIBLE else "resize deferred"
+                message = "Node didn't have enough capacity"
                 conditions.append(
                     {
                         "type": "PodResizePending",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster.api import ApiError
+from ..core.quantity import cpu_milli
 from .controlplane import ControlPlane, ControlPlaneError, _stop, free_port
 from .images import Entry, busybox_entries, write_image
 
@@ -50,6 +52,9 @@ RUNC = Path("/usr/sbin/runc")
 CNI_BIN = Path("/usr/lib/cni")
 BUSYBOX = Path("/bin/busybox")
 DEBIAN_PACKAGES = "runc containernetworking-plugins busybox-static"
+# Each node of this machine gets its own pod subnet (10.244.N.0/24) on its own bridge; the
+# bridges have no address and no route, so pods stay on this machine.
+_SUBNETS = itertools.count(77)
 
 
 def realnode_script() -> Path:
@@ -160,10 +165,13 @@ class RealNode:
     bin_dir: Path
     name: str = field(default_factory=lambda: f"real-{uuid.uuid4().hex[:6]}")
     cpu_reserved: str = "0"  # systemReserved cpu: allocatable is the machine's CPUs less this
+    labels: dict[str, str] = field(default_factory=dict)  # the kubelet's --node-labels
+    subnet: str = field(default_factory=lambda: f"10.244.{next(_SUBNETS)}.0/24")
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
     _sysctls: dict[str, str] = field(default_factory=dict)
     _made_log_dir: bool = False
+    _ports: tuple[int, int] = (0, 0)  # the kubelet's API and healthz ports, kept across restarts
     startup_seconds: float = 0.0
 
     @property
@@ -232,7 +240,7 @@ class RealNode:
                             "ipMasq": False,
                             "ipam": {
                                 "type": "host-local",
-                                "ranges": [[{"subnet": "10.244.77.0/24"}]],
+                                "ranges": [[{"subnet": self.subnet}]],
                                 "dataDir": str(self.workdir / "cni" / "ipam"),
                             },
                         },
@@ -335,21 +343,26 @@ state = "{w / "state"}"
         self._spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(self._containerd_config())], env)
         self._wait(lambda: self.socket.exists(), timeout, "containerd did not open its socket")
         self._import_images()
-        port, healthz = free_port(), free_port()
-        self._spawn(
-            "kubelet",
-            [
-                str(self.bin_dir / "kubelet"),
-                f"--config={self._kubelet_config(port, healthz)}",
-                f"--kubeconfig={self._kubeconfig()}",
-                f"--root-dir={self.workdir / 'kubelet' / 'root'}",
-                f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
-                f"--hostname-override={self.name}",
-                "--node-ip=127.0.0.1",
-                "--v=2",
-            ],
-            env,
-        )
+        self._kubeconfig()
+        self._ports = (free_port(), free_port())
+        self._start_kubelet(env, timeout)
+        self.startup_seconds = time.monotonic() - begin
+        return self
+
+    def _start_kubelet(self, env: dict[str, str], timeout: float) -> None:
+        argv = [
+            str(self.bin_dir / "kubelet"),
+            f"--config={self._kubelet_config(*self._ports)}",
+            f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
+            f"--root-dir={self.workdir / 'kubelet' / 'root'}",
+            f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
+            f"--hostname-override={self.name}",
+            "--node-ip=127.0.0.1",
+            "--v=2",
+        ]
+        if self.labels:
+            argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())))
+        self._spawn("kubelet", argv, env)
         api = self.control_plane.api()
 
         def ready() -> bool:
@@ -358,11 +371,27 @@ state = "{w / "state"}"
             except ApiError:
                 return False
             conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
-            return conds.get("Ready") == "True"
+            return conds.get("Ready") == "True" and self._allocatable_matches(node)
 
         self._wait(ready, timeout, f"node {self.name} never became Ready")
-        self.startup_seconds = time.monotonic() - begin
-        return self
+
+    def _allocatable_matches(self, node: dict[str, Any]) -> bool:
+        """The node reports the allocatable CPU this kubelet's reservation gives."""
+        status = node.get("status") or {}
+        capacity = cpu_milli((status.get("capacity") or {}).get("cpu", "0"))
+        allocatable = cpu_milli((status.get("allocatable") or {}).get("cpu", "0"))
+        return capacity - cpu_milli(self.cpu_reserved) == allocatable
+
+    def restart_kubelet(self, cpu_reserved: str, timeout: float = 60) -> float:
+        """Restart the kubelet with another systemReserved CPU, as an operator changing the
+        node's reservation does: the containers keep running, the node's allocatable
+        changes. Seconds until the node reported the new allocatable and was Ready again."""
+        begin = time.monotonic()
+        _stop(self.procs.pop("kubelet"))
+        self.cpu_reserved = cpu_reserved
+        env = {**os.environ, "PATH": f"{self.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
+        self._start_kubelet(env, timeout)
+        return time.monotonic() - begin
 
     def _import_images(self) -> None:
         images = self.workdir / "images"
@@ -389,7 +418,7 @@ state = "{w / "state"}"
                 raise ControlPlaneError(f"ctr images import {tar}: {r.stderr.strip()}")
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process; kept across restarts
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def _wait(self, check: Any, timeout: float, what: str) -> None:
@@ -452,6 +481,10 @@ state = "{w / "state"}"
         self._unmount()
         self._restore_host()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        # The Node object goes too: nothing will renew its lease, and a node that stays behind
+        # turns NotReady and draws the controller-manager's evictions and the scheduler's eye.
+        with contextlib.suppress(Exception):
+            self.control_plane.api().delete(f"/api/v1/nodes/{self.name}")
 
     def _remove_pods(self) -> None:
         """Every sandbox containerd runs for this node, stopped and removed (their shims and

@@ -13,23 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import wait_limits
+from cluster_helpers import cpu_limits, wait_limits
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
 from headroom.testbed.node import RealNode, busy_pod
-
-PERIOD_US = 100_000  # the kubelet's CFS period
-
-
-def wait_running(api: Api, ns: str, name: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = api.get(pod_path(ns, name))
-        statuses = pod["status"].get("containerStatuses") or []
-        if statuses and statuses[0].get("state", {}).get("running"):
-            return pod
-        assert time.monotonic() < deadline, f"{ns}/{name} not running: {pod['status']}"
-        time.sleep(0.3)
+from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota, wait_running
 
 
 def window(node: RealNode, container_id: str, seconds: float) -> tuple[float, float, float]:
@@ -82,37 +70,6 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     assert after < 0.05 and used_after > 0.4, (used_after, after)
 
 
-def deploy(api: Api, ns: str, name: str, replicas: int, limited: bool = False) -> list[dict[str, Any]]:
-    """A Deployment of sleeping pods requesting 100m and no CPU limit, as the ReplicaSet
-    controller creates them; its pods once each has a container status (and, with
-    `limited`, a CPU limit)."""
-    labels = {"app": name}
-    template = busy_pod(name, None, "100m", None, busy=False)
-    api.post(
-        f"/apis/apps/v1/namespaces/{ns}/deployments",
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": template["spec"]},
-            },
-        },
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        pods = api.get(f"/api/v1/namespaces/{ns}/pods", {"labelSelector": f"app={name}"})["items"]
-        ready = [p for p in pods if p["status"].get("containerStatuses")]
-        if limited:
-            ready = [p for p in ready if p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu")]
-        if len(pods) == replicas and len(ready) == replicas:
-            return pods
-        assert time.monotonic() < deadline, [p["status"] for p in pods]
-        time.sleep(0.5)
-
-
 def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_cgroups(
     api, namespace, real_node, headroom_config, webhook_controller
 ):
@@ -147,20 +104,13 @@ def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_c
     )
 
 
-def _node_pods(api: Api, node: str) -> list[dict[str, Any]]:
-    return api.get("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})["items"]
-
-
 def test_a_burst_of_arrivals_reaches_its_targets_in_the_cgroups_within_the_debounce(
     api, namespace, real_node, headroom_config, start_controller
 ):
     """Ten pods land on the node at once while the kubelet is busy starting them: every
     pod's container gets its final CPU quota within debouncePeriod + 2 s of the last
     arrival, and a 409 that is only the kubelet's status write costs no recompute."""
-    deadline = time.monotonic() + 60
-    while _node_pods(api, real_node.name):  # what earlier tests left is gone (its namespaces are deleted)
-        assert time.monotonic() < deadline, [p["metadata"]["name"] for p in _node_pods(api, real_node.name)]
-        time.sleep(0.5)
+    wait_node_empty(api, real_node.name)
     headroom_config()
     c = start_controller()
     names = [f"burst-{i}" for i in range(10)]
@@ -315,7 +265,8 @@ def test_raises_stay_inside_a_quota_the_quota_controller_counts(
 
 
 def _workload(api: Api, ns: str, kind: str, name: str) -> None:
-    """A StatefulSet or Job of one sleeping pod requesting 100m, no CPU limit."""
+    """A StatefulSet, Job or CronJob (every minute) of one sleeping pod requesting 100m, no
+    CPU limit."""
     labels = {"app": name}
     template = {"metadata": {"labels": labels}, "spec": busy_pod(name, None, "100m", None, busy=False)["spec"]}
     if kind == "StatefulSet":
@@ -327,9 +278,12 @@ def _workload(api: Api, ns: str, kind: str, name: str) -> None:
             "template": template,
         }
     else:
-        path, api_version = f"/apis/batch/v1/namespaces/{ns}/jobs", "batch/v1"
         template["spec"]["restartPolicy"] = "Never"
         spec = {"template": template, "backoffLimit": 0}
+        path, api_version = f"/apis/batch/v1/namespaces/{ns}/jobs", "batch/v1"
+        if kind == "CronJob":
+            path = f"/apis/batch/v1/namespaces/{ns}/cronjobs"
+            spec = {"schedule": "* * * * *", "concurrencyPolicy": "Forbid", "jobTemplate": {"spec": spec}}
     api.post(path, {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec})
 
 
@@ -337,10 +291,14 @@ def test_vpas_are_matched_through_the_owner_chains_kubernetes_writes(
     api, namespace, real_node, headroom_config, start_controller, vpa_crd
 ):
     """Pods made by the real controllers — Deployment → ReplicaSet → Pod, StatefulSet → Pod,
-    Job → Pod — with a VerticalPodAutoscaler that sets limits on some of them: those are
-    left to it, the others get their limits."""
+    Job → Pod, CronJob → Job → Pod — with a VerticalPodAutoscaler that sets limits on some
+    of them: those are left to it, the others get their limits."""
     from cluster_helpers import vpa
 
+    # The CronJobs first: the CronJob controller starts their Jobs at the next minute.
+    _workload(api, namespace, "CronJob", "nightly")
+    _workload(api, namespace, "CronJob", "hourly")
+    vpa(api, namespace, "nightly-vpa", "nightly", kind="CronJob")
     vpa(api, namespace, "web-vpa", "web")  # RequestsAndLimits, the VPA default
     vpa(api, namespace, "db-vpa", "db", kind="StatefulSet")
     deploy(api, namespace, "web", 1)
@@ -349,11 +307,12 @@ def test_vpas_are_matched_through_the_owner_chains_kubernetes_writes(
     _workload(api, namespace, "Job", "batch")
     headroom_config()
     start_controller()
-    deadline = time.monotonic() + 60
+    apps = {"web", "api", "db", "batch", "nightly", "hourly"}
+    deadline = time.monotonic() + 90  # the CronJobs' minute, and their pods' start
     while True:
         pods = {p["metadata"]["labels"]["app"]: p for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]}
         limits = {a: p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for a, p in pods.items()}
-        if len(pods) == 4 and limits["api"] and limits["batch"]:
+        if set(pods) == apps and limits["api"] and limits["batch"] and limits["hourly"]:
             break
         assert time.monotonic() < deadline, limits
         time.sleep(0.5)
@@ -361,10 +320,20 @@ def test_vpas_are_matched_through_the_owner_chains_kubernetes_writes(
     pods = {p["metadata"]["labels"]["app"]: p for p in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]}
     limits = {a: p["spec"]["containers"][0]["resources"].get("limits", {}).get("cpu") for a, p in pods.items()}
     owners = {a: p["metadata"]["ownerReferences"][0]["kind"] for a, p in pods.items()}
-    print(f"\nowners {owners}; CPU limits {limits}")
-    assert owners == {"web": "ReplicaSet", "api": "ReplicaSet", "db": "StatefulSet", "batch": "Job"}
-    assert limits["web"] is None and limits["db"] is None, limits  # their VPAs set limits: never written
-    assert limits["api"] and limits["batch"], limits
+    job = pods["nightly"]["metadata"]["ownerReferences"][0]["name"]
+    job_owner = api.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")["metadata"]["ownerReferences"][0]
+    print(f"\nowners {owners}; Job {job} owned by {job_owner['kind']}/{job_owner['name']}; CPU limits {limits}")
+    assert owners == {
+        "web": "ReplicaSet",
+        "api": "ReplicaSet",
+        "db": "StatefulSet",
+        "batch": "Job",
+        "nightly": "Job",
+        "hourly": "Job",
+    }
+    assert (job_owner["kind"], job_owner["name"]) == ("CronJob", "nightly")  # the chain the CronJob controller wrote
+    assert limits["web"] is None and limits["db"] is None and limits["nightly"] is None, limits  # their VPAs' pods
+    assert limits["api"] and limits["batch"] and limits["hourly"], limits
 
 
 def test_a_pod_the_kubelet_is_still_stopping_books_its_cpu_until_it_is_gone(
@@ -374,10 +343,7 @@ def test_a_pod_the_kubelet_is_still_stopping_books_its_cpu_until_it_is_gone(
     to stop still books its request (as the scheduler counts it) and gets no write; its
     share of the unbooked CPU goes to its neighbour at once, its request only once the
     kubelet has stopped its containers."""
-    deadline = time.monotonic() + 60
-    while _node_pods(api, real_node.name):  # earlier tests' pods are gone
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_node_empty(api, real_node.name)
     api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("stays", real_node.name, "500m", None, busy=False))
     slow = busy_pod("slow", real_node.name, "1", None, busy=False)
     slow["spec"]["terminationGracePeriodSeconds"] = 5
@@ -411,3 +377,119 @@ def test_a_pod_the_kubelet_is_still_stopping_books_its_cpu_until_it_is_gone(
     assert gone - deleted >= 4, "the pod did not take its grace period: the test proves nothing"
     assert len(writes) == 1, writes  # its first limit only, nothing while it was stopping
     assert took <= 2.0 + 2.0, took  # debouncePeriod + 2 s
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"
+
+
+def test_with_two_replicas_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
+    api, namespace, real_node, headroom_config, start_controller
+):
+    """Two controllers, one Lease: the leader's limit reaches the cgroup; killed (no lease
+    release), the standby takes over within the lease and writes the next pod's limit; at
+    no moment did both write."""
+    import datetime
+
+    from cluster_helpers import node_events, wait_node_event
+
+    def ts(text: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    wait_node_empty(api, real_node.name)
+    headroom_config()
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("first", real_node.name, "500m", None, busy=False))
+    a = start_controller("--identity", "replica-a")
+    a.wait_for_log("became leader")
+    b = start_controller("--identity", "replica-b")
+    waiting = b.wait_for_log("standby: waiting for the Lease")  # a standby says so, once
+    assert waiting.get("holder") == "replica-a", waiting
+    wait_limits(api, namespace, "first", ["2"], timeout=30)  # alone on 2 CPUs: 500m + 1.5
+    wait_quota(real_node, api, namespace, "first", 200_000)
+    wait_node_event(api, real_node.name)  # A's event follows its resize
+    assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-a"
+
+    a.proc.kill()  # SIGKILL: no lease release
+    killed = datetime.datetime.now(datetime.UTC)
+    started = time.monotonic()
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("second", real_node.name, "1", None, busy=False))
+    # S = 2 - 1.5 = 0.5, M = 1.5, N = 2: second = 1 + 0.5 x 1/1.5 -> 1330m; first 500m + the
+    # floor share min(1, S/N) = 750m
+    wait_limits(api, namespace, "second", ["1330m"], timeout=30)
+    took = time.monotonic() - started
+    wait_limits(api, namespace, "first", ["750m"], timeout=5)
+    wait_quota(real_node, api, namespace, "second", 133_000)
+    wait_quota(real_node, api, namespace, "first", 75_000)
+    print(f"\nleader killed: the standby wrote the next pod's limit {took:.1f}s later (lease 15s)")
+    assert took <= 15 + 2, f"standby wrote {took:.1f}s after the kill"
+    assert api.get(LEASE)["spec"]["holderIdentity"] == "replica-b"
+    assert not [r for r in b.logs() if r.get("msg") == "became leader" and ts(r["ts"]) < killed]
+
+    # every write of A precedes every write of B (the node's events of earlier tests' controllers aside)
+    def ours() -> list[dict[str, Any]]:
+        return [e for e in node_events(api, real_node.name) if e["reportingInstance"] in ("replica-a", "replica-b")]
+
+    deadline = time.monotonic() + 10
+    while len(ours()) < 2:
+        assert time.monotonic() < deadline, "replica-b recorded no event"
+        time.sleep(0.2)
+    by: dict[str, list[datetime.datetime]] = {"replica-a": [], "replica-b": []}
+    for e in ours():
+        by[e["reportingInstance"]].append(ts(e["eventTime"]))
+    assert by["replica-a"] and by["replica-b"]
+    assert max(by["replica-a"]) < killed <= min(by["replica-b"])
+
+
+def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
+    api, namespace, real_node, headroom_config, start_controller
+):
+    """A user raises a pod's CPU request (and limit) to 1200m through `pods/resize` while a
+    neighbour books 1 CPU of the node's 2: the kubelet defers it (PodResizePending,
+    Deferred). Headroom counts it in its status and metrics, writes nothing to that pod,
+    and once the neighbour leaves and the kubelet completes the resize, gives the pod the
+    node."""
+    from cluster_helpers import wait_for
+
+    wait_node_empty(api, real_node.name)
+    headroom_config()
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("hog", real_node.name, "1", None, busy=False))
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("d", real_node.name, "500m", None, busy=False))
+    c = start_controller()
+    wait_limits(api, namespace, "d", ["750m"], timeout=30)  # 500m + the floor share min(1, S/N), S = 500m
+    raise_to = {"requests": {"cpu": "1200m"}, "limits": {"cpu": "1200m"}}
+    api.patch(
+        pod_path(namespace, "d", "resize"),
+        {"spec": {"containers": [{"name": "app", "resources": raise_to}]}},
+        "application/strategic-merge-patch+json",
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        conds = {
+            c["type"]: c.get("reason") for c in api.get(pod_path(namespace, "d"))["status"].get("conditions") or []
+        }
+        if conds.get("PodResizePending") == "Deferred":
+            break
+        assert time.monotonic() < deadline, conds
+        time.sleep(0.2)
+    cfg = wait_for(
+        api,
+        "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster",
+        lambda o: (o.get("status") or {}).get("deferredResizes") == 1,
+        timeout=30,
+    )
+    status, text = c.http("/metrics", c.metrics_port)
+    assert status == 200 and "headroom_deferred_resizes 1.0" in text
+    wait_limits(api, namespace, "hog", ["1"], timeout=10)  # booked 1 + 1.2 > 2: nothing left to share
+    assert cpu_limits(api, namespace, "d") == ["1200m"]  # the user's resize, untouched
+    writes_to_d = [r for r in c.logs() if r.get("msg") == "cpu limit adjusted" and r.get("pod") == f"{namespace}/d"]
+    assert len(writes_to_d) == 1, writes_to_d  # its first limit only
+    print(f"\nrequest raise deferred by the real kubelet; status deferredResizes {cfg['status']['deferredResizes']}")
+
+    api.delete(pod_path(namespace, "hog"))
+    wait_limits(api, namespace, "d", ["2"], timeout=30)  # resize completed: 1200m + 800m
+    wait_quota(real_node, api, namespace, "d", 200_000)
+    wait_for(
+        api,
+        "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster",
+        lambda o: (o.get("status") or {}).get("deferredResizes") == 0,
+        timeout=30,
+    )

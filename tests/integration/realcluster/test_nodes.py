@@ -1,0 +1,114 @@
+"""Two real nodes on this machine, and a node whose reservation changes under its pods.
+
+The second node is a second kubelet with its own containerd, cgroup root and pod subnet
+(`second_node`), labelled into pool `batch`, with 1 of the machine's 2 CPUs reserved for
+the system. Limits are asserted where the kernel applies them: each container's
+`cpu.cfs_quota_us` on its own node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from cluster_helpers import cpu_limits, profile, wait_limits
+from headroom.cluster.api import ApiError, pod_path
+from headroom.core.quantity import cpu_milli
+from headroom.testbed.node import busy_pod
+from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota
+
+GROUP = "/apis/kube-headroom.dev/v1alpha1"
+
+
+def test_the_scheduler_spreads_a_deployment_over_two_nodes_and_each_pool_gets_its_own_limits(
+    api, namespace, real_node, second_node, headroom_config, start_controller
+):
+    """Four pods of 200m spread by the scheduler, two per node. On the 2-CPU node (no
+    profile) each gets 200m + 1.6/2 = 1 CPU; on the 1-CPU node of pool `batch`, whose
+    profile caps the multiplier at 2, 200m + 0.6/2 = 500m is capped to 400m."""
+    wait_node_empty(api, real_node.name, second_node.name)
+    headroom_config()
+    profile(api, "batch", {"pool": "batch"}, maxMultiplier=2)
+    try:
+        start_controller()
+        pods = deploy(api, namespace, "spread", 4, request="200m", spread=True)
+        placed: dict[str, list[str]] = {}
+        for p in pods:
+            placed.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+        assert sorted(placed) == sorted([real_node.name, second_node.name]), placed
+        assert all(len(v) == 2 for v in placed.values()), placed
+        expected = {real_node.name: "1", second_node.name: "400m"}
+        for node in (real_node, second_node):
+            for name in placed[node.name]:
+                wait_limits(api, namespace, name, [expected[node.name]], timeout=30)
+                wait_quota(node, api, namespace, name, cpu_milli(expected[node.name]) * PERIOD_US // 1000)
+        status = {}
+        deadline = time.monotonic() + 20
+        while status.get("matchedNodes") != 1 or status.get("managedPods") != 2:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+            status = api.get(f"{GROUP}/nodepoolprofiles/batch").get("status") or {}
+        shown = {k: status.get(k) for k in ("matchedNodes", "managedPods", "effectiveFactor", "mode")}
+        print(f"\nspread over two real nodes: {placed}; limits {expected}; pool batch status {shown}")
+    finally:
+        with contextlib.suppress(ApiError):
+            api.delete(f"{GROUP}/nodepoolprofiles/batch")
+
+
+def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_one_raises_after_the_debounce(
+    api, namespace, second_node, headroom_config, start_controller
+):
+    """The operator restarts the node's kubelet with more CPU reserved for the system (what
+    a node resize is on this release: the kubelet re-reads its capacity when it starts):
+    the node's allocatable drops from 1 CPU to 500m under three running pods, whose limits
+    and CFS quotas are cut within 2 s of the node reporting it, none rising on the way;
+    back to 1 CPU reserved, the raise waits for the debounce."""
+    wait_node_empty(api, second_node.name)
+    pods = {"a": "100m", "b": "100m", "c": "300m"}
+    for name, request in pods.items():
+        api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod(name, second_node.name, request, None, busy=False))
+    headroom_config(debouncePeriod="6s")
+    c = start_controller()
+    # A = 1, M = 500m, S = 500m, N = 3: a and b get the floor share S/N (266m -> 260m), c 300m x 2
+    wide = {"a": "260m", "b": "260m", "c": "600m"}
+    for name, limit in wide.items():
+        wait_limits(api, namespace, name, [limit], timeout=30)
+        wait_quota(second_node, api, namespace, name, cpu_milli(limit) * PERIOD_US // 1000)
+    cids = {n: api.get(pod_path(namespace, n))["status"]["containerStatuses"][0]["containerID"] for n in pods}
+    try:
+        restart = second_node.restart_kubelet("1500m")  # returns once the node reports 500m allocatable
+        said = time.monotonic()
+        seen = {n: cpu_milli(v) for n, v in wide.items()}
+        while True:  # S = 0: every pod back to its request
+            now = {n: cpu_milli(cpu_limits(api, namespace, n)[0]) for n in pods}
+            rose = [n for n in now if now[n] > seen[n]]
+            assert not rose, f"{rose} rose while the node shrank: {seen} -> {now}"
+            seen = now
+            if now == {n: cpu_milli(r) for n, r in pods.items()}:
+                cut = time.monotonic() - said
+                break
+            assert time.monotonic() - said < 5, f"limits not cut to the requests within 5 s: {now}"
+            time.sleep(0.05)
+        # A resize that reaches the API server while the kubelet starts is observed but never
+        # applied by it (docs/platform-notes.md); the controller sends it again after 10 s.
+        for name, request in pods.items():
+            wait_quota(second_node, api, namespace, name, cpu_milli(request) * PERIOD_US // 1000, timeout=40)
+        quotas_at = time.monotonic() - said
+        resent = [r["pod"] for r in c.logs() if r.get("msg") == "resize not applied by the kubelet; sending it again"]
+        print(
+            f"\nkubelet restarted with 1500m reserved in {restart:.1f}s; every limit cut {cut:.2f}s after the node said "
+            f"so, every CFS quota {quotas_at:.1f}s after; resizes the kubelet lost and Headroom sent again: {resent}"
+        )
+        assert cut < 2.0, f"an allocatable drop took {cut:.1f}s to cut (debounce is 6s)"
+        second_node.restart_kubelet("1")
+        time.sleep(3)
+        assert cpu_limits(api, namespace, "c") == ["300m"], "a rise must wait for the debounce"
+        for name, limit in wide.items():
+            wait_limits(api, namespace, name, [limit], timeout=10)
+            wait_quota(second_node, api, namespace, name, cpu_milli(limit) * PERIOD_US // 1000)
+        for name in pods:  # two kubelet restarts, the same containers
+            status = api.get(pod_path(namespace, name))["status"]["containerStatuses"][0]
+            assert status["containerID"] == cids[name] and status["restartCount"] == 0, status
+    finally:
+        if second_node.cpu_reserved != "1":
+            second_node.restart_kubelet("1")
