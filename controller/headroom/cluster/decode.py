@@ -44,8 +44,12 @@ class _Container(_S):
     restartPolicy: Any = UNSET
 
 
+class _Running(_S):
+    pass  # only whether the container runs is read: nothing of it is decoded
+
+
 class _State(_S):
-    running: Any = UNSET  # only whether the container runs is read
+    running: _Running | UnsetType | None = UNSET
 
 
 class _ContainerStatus(_S):
