@@ -181,6 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = Options(
         workers=args.workers,
         status_annotation=args.status_annotation,
+        pod_metrics=args.pod_metrics,
         identity=args.identity or "",
         leader_elect=args.leader_elect,
         lease_namespace=args.lease_namespace or _own_namespace(),
@@ -340,6 +341,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")
+    p.add_argument(
+        "--pod-metrics",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_flag_bool,
+        metavar="true|false",
+        help="export headroom_pod_limit_cores, one series per computed container of every managed pod "
+        "(default false: two series per pod of two containers, 300,000 at 150,000 pods; the kubelet's "
+        "container_spec_cpu_quota already shows each container's applied limit)",
+    )
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
     p.add_argument(
         "--leader-elect",

@@ -25,7 +25,7 @@ class _NodeSeries:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, pod_series: bool = False) -> None:
         r = self.registry = CollectorRegistry()
         self.node_factor = Gauge(
             "headroom_node_factor",
@@ -39,11 +39,17 @@ class Metrics:
             ["node", "pool"],
             registry=r,
         )
-        self.pod_limit = Gauge(
-            "headroom_pod_limit_cores",
-            "Target CPU limit of each computed container of a managed pod, in cores.",
-            ["namespace", "pod", "container"],
-            registry=r,
+        # Per-pod series only when asked for (headroom run --pod-metrics): a series per managed
+        # container grows with the cluster; every other series grows with the node count.
+        self.pod_limit = (
+            Gauge(
+                "headroom_pod_limit_cores",
+                "Target CPU limit of each computed container of a managed pod, in cores.",
+                ["namespace", "pod", "container"],
+                registry=r,
+            )
+            if pod_series
+            else None
         )
         self.resizes = Counter(
             "headroom_resizes",
@@ -124,6 +130,7 @@ class Metrics:
         name, pool = plan.node.name, plan.settings.pool
         pods: set[tuple[str, str, str]] = set()
         managed = pending = deferred = 0
+        gauge = self.pod_limit
         for pp in plan.pods:
             t = pp.target
             if t is None:
@@ -131,19 +138,22 @@ class Metrics:
             managed += 1
             pending += pp.pod.resize_pending
             deferred += pp.pod.resize_deferred
+            if gauge is None:
+                continue
             if t.pod_level:
                 key = (pp.pod.namespace, pp.pod.name, "")
                 pods.add(key)
-                self.pod_limit.labels(*key).set(t.target / 1000)
+                gauge.labels(*key).set(t.target / 1000)
             for c in t.containers:
                 key = (pp.pod.namespace, pp.pod.name, c.name)
                 pods.add(key)
-                self.pod_limit.labels(*key).set(c.target / 1000)
+                gauge.labels(*key).set(c.target / 1000)
         with self._lock:
             old = self._nodes.get(name)
             if old is not None:
-                for key in old.pods - pods:
-                    self.pod_limit.remove(*key)
+                if gauge is not None:
+                    for key in old.pods - pods:
+                        gauge.remove(*key)
                 if old.pool != pool:
                     self._drop_node_series(name, old.pool)
             self._nodes[name] = _NodeSeries(pool, pods, managed, pending, deferred)
@@ -161,8 +171,9 @@ class Metrics:
             old = self._nodes.pop(node, None)
             if old is None:
                 return
-            for key in old.pods:
-                self.pod_limit.remove(*key)
+            if self.pod_limit is not None:
+                for key in old.pods:
+                    self.pod_limit.remove(*key)
             self._drop_node_series(node, old.pool)
             self._totals()
 

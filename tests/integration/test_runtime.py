@@ -39,7 +39,7 @@ def test_metrics_probes_and_promtool(api, namespace, make_node, headroom_config,
     node = make_node(cpu="8")
     with SimulatedKubelet(api, node):
         create_pod(api, namespace, node, "p", containers=[container(cpu="500m")])
-        c = start_controller()
+        c = start_controller("--pod-metrics")
         wait_limits(api, namespace, "p", ["5"], timeout=10)
         assert c.http("/healthz") == (200, "ok\n")
         deadline = time.monotonic() + 10
@@ -83,6 +83,8 @@ def test_logs_are_json_lines_with_every_write_and_no_token(
         c = start_controller()
         wait_limits(api, namespace, "p", ["5"], timeout=10)
         c.wait_for_log("status annotation written")
+        # no per-pod series unless asked for (--pod-metrics): the scrape grows with nodes only
+        assert "headroom_pod_limit_cores" not in c.http("/metrics", c.metrics_port)[1]
     raw = c.log_path.read_text()
     assert CONTROLLER_TOKEN not in raw and ADMIN_TOKEN not in raw  # its own token, and the admin's
     records = [json.loads(line) for line in raw.splitlines()]

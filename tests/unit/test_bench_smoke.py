@@ -25,3 +25,17 @@ def test_startup_benchmark_runs_the_real_process_at_small_size():
         and "paginated list: synced in" in r.stdout
         and "less peak memory" in r.stdout
     )
+
+
+def test_metrics_benchmark_runs_at_small_size_and_the_default_scrape_has_no_per_pod_series():
+    bench = BENCH.parent / "bench_metrics.py"
+    r = subprocess.run(
+        [sys.executable, str(bench), "--pods", "600", "--nodes", "20"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = {
+        line.split()[0]: line.split() for line in r.stdout.splitlines() if line.startswith(("--pod-metrics", "default"))
+    }
+    # 20 nodes: 2 node series each, plus the global ones; per-pod series only with --pod-metrics
+    assert int(rows["default"][1].replace(",", "")) < 100, r.stdout
+    assert int(rows["--pod-metrics"][2].replace(",", "")) >= 1200, r.stdout  # 600 pods x 2 containers

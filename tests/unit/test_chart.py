@@ -234,10 +234,13 @@ def test_alert_rules_pass_promtool_check_and_unit_tests():
     ]
 
 
-def test_dashboard_uses_the_controllers_metrics():
+def test_dashboard_uses_the_controllers_metrics_and_no_per_pod_series_of_its_own():
     exprs = " ".join(dashboard_queries())
+    # headroom_pod_limit_cores is off by default (headroom run --pod-metrics): each pod's
+    # limit comes from the kubelet's cAdvisor series, as it is applied.
+    assert "headroom_pod_limit_cores" not in exprs
     for metric in (
-        "headroom_pod_limit_cores",
+        "container_spec_cpu_quota",
         "container_cpu_cfs_throttled_periods_total",
         "headroom_node_factor",
         "headroom_node_slack_cores",

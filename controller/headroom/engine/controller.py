@@ -79,6 +79,7 @@ class Options:
     webhook_configuration: str | None = None
     webhook_cert_check: float = 3600.0
     status_annotation: bool = True  # write kube-headroom.dev/status on managed pods
+    pod_metrics: bool = False  # export headroom_pod_limit_cores (a series per managed container)
 
 
 class Controller:
@@ -96,7 +97,7 @@ class Controller:
         self.retry = RetryDelay()
         self.facts = ServerFacts(None, False)
         self._pod_level_cluster = False
-        self.metrics = Metrics()
+        self.metrics = Metrics(pod_series=self.options.pod_metrics)
         self.metrics.queue_depth.set_function(self.queue.depth)
         self.elector: LeaderElector | None = None
         if self.options.leader_elect:
