@@ -122,8 +122,8 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
     if rec is None:
         return None, (
             "no record of a limit it had before Headroom (kube-headroom.dev/original-cpu-limits): it had none, "
-            "which Kubernetes cannot restore (it cannot remove a limit in place), or its limit was first written "
-            "before records were kept"
+            "which Kubernetes cannot restore (it cannot remove a limit in place), or Headroom first resized it "
+            "while spec.release was Keep (records are taken only under Restore) or before records were kept"
         )
     if pod.pod_level is not None and POD_LEVEL in rec:
         before = rec[POD_LEVEL]

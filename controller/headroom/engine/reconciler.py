@@ -429,7 +429,7 @@ class Reconciler:
                 assert pp.target is not None
                 target = pp.target
                 try:
-                    pod = self._record_first(pod, pp)
+                    pod = self._record_first(pod, pp, plan.settings)
                     fitted = fit_quota(
                         target, cont.neighbours, self.quota, plan.settings, pp.reason == elig.MANAGED, pod
                     )
@@ -510,11 +510,12 @@ class Reconciler:
             )
             self.writer.event(pod, "Normal", "CPULimitRaiseHeld", why, action="Compute")
 
-    def _record_first(self, pod: Pod, pp: PodPlan) -> Pod:
-        """Before a managed pod's first resize, the record of the limits it had (so
-        spec.release: Restore can give them back); the pod as written. No resize without it:
-        a refusal raises _Failed."""
-        if pp.reason != elig.MANAGED or not release.worth_recording(pod):
+    def _record_first(self, pod: Pod, pp: PodPlan, settings: Settings) -> Pod:
+        """Under spec.release: Restore, before a managed pod's first resize, the record of the
+        limits it had (so they can be given back); the pod as written. No such resize
+        without it: a refusal raises _Failed. Under Keep nothing would ever read a record,
+        so none is taken and the resize is the pod's only write."""
+        if settings.release != release.RESTORE or pp.reason != elig.MANAGED or not release.worth_recording(pod):
             return pod
         value = release.record(pod)
         outcome, version = self.writer.record_original(pod, value)
