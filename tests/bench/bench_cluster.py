@@ -3,6 +3,7 @@
     python tests/bench/bench_cluster.py                    # N = 100, then the churn phase
     python tests/bench/bench_cluster.py --nodes 300 --no-churn
     python tests/bench/bench_cluster.py --nodes 100 --subjects headroom,headroom-no-annotation,naive
+    python tests/bench/bench_cluster.py --nodes 100 --no-churn --static-limits   # pods that have limits
 
 Real parts: kube-apiserver and etcd built by tests/testenv/build.sh, with an audit log that
 records every write of the subject's identity. A simulated fleet kubelet (one watch in
@@ -10,7 +11,8 @@ this process, writing as an admin the audit policy leaves out) starts pods and a
 resizes into their status, as a kubelet's status manager does.
 
 Each subject gets a fresh control plane with the same cluster: N Ready nodes of 32 CPU, 30
-pods each without CPU limits (requests 50m-1 CPU), in one managed namespace, and the
+pods each without CPU limits (requests 50m-1 CPU; with `--static-limits`, a limit of twice
+the request), in one managed namespace, and the
 HeadroomConfig defaults (clientQPS 50, perNodePatchesPerSecond 10, debounce 2 s).
 
 - `headroom`: the real `headroom run` process (two workers, as the chart runs it).
@@ -56,6 +58,7 @@ from cluster_helpers import register_webhook  # noqa: E402
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.planner import plan_cluster  # noqa: E402
+from headroom.core.quantity import cpu_milli  # noqa: E402
 from headroom.testbed import controlplane  # noqa: E402
 
 SUBJECT_TOKEN = "headroom-test-controller-token"  # user headroom-controller, bound to cluster-admin here
@@ -90,7 +93,8 @@ def start_control_plane(workdir: Path) -> controlplane.ControlPlane:
     return cp.start()
 
 
-def pod_body(name: str, node: str, cpu: str) -> dict[str, Any]:
+def pod_body(name: str, node: str, cpu: str, limit: str | None = None) -> dict[str, Any]:
+    limits = {"memory": "256Mi", **({"cpu": limit} if limit else {})}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -101,14 +105,16 @@ def pod_body(name: str, node: str, cpu: str) -> dict[str, Any]:
                 {
                     "name": "app",
                     "image": "registry.example.com/app:1",
-                    "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                    "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}, "limits": limits},
                 }
             ],
         },
     }
 
 
-def populate(api: Api, nodes: int, per_node: int, rng: random.Random, spec: dict[str, Any]) -> list[str]:
+def populate(
+    api: Api, nodes: int, per_node: int, rng: random.Random, spec: dict[str, Any], static_limits: bool = False
+) -> list[str]:
     for crd in sorted((ROOT / "crds").glob("*.yaml")):
         api.apply(YAML(typ="safe").load(crd.read_text()), "bench")
     api.apply(
@@ -150,6 +156,8 @@ def populate(api: Api, nodes: int, per_node: int, rng: random.Random, spec: dict
         )
 
     pods = [(f"p{n:04d}-{i:02d}", node, rng.choice(CPUS)) for n, node in enumerate(names) for i in range(per_node)]
+    if static_limits:  # a cluster that has limits to fix: each pod at twice its request
+        pods = [(name, node, cpu, f"{2 * cpu_milli(cpu)}m") for name, node, cpu in pods]
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         list(ex.map(make_node, names))
         list(ex.map(lambda p: api.post(f"/api/v1/namespaces/{NS}/pods", pod_body(*p)), pods))
@@ -394,7 +402,7 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
     api = cp.api()
     rng = random.Random(11)
     try:
-        populate(api, args.nodes, args.pods_per_node, rng, json.loads(args.spec))
+        populate(api, args.nodes, args.pods_per_node, rng, json.loads(args.spec), args.static_limits)
         fleet = FleetKubelet(api).start()
         total = args.nodes * args.pods_per_node
         while not all_running(api, total):  # the subject starts on a settled cluster
@@ -557,6 +565,11 @@ def main() -> None:
         default="{}",
         help='HeadroomConfig spec as JSON, e.g. \'{"deadband": {"grow": 0.25, "shrink": 0.15}}\' (the naive '
         "operator keeps the defaults)",
+    )
+    ap.add_argument(
+        "--static-limits",
+        action="store_true",
+        help="every pod starts with a static CPU limit of twice its request (a cluster with limits to fix)",
     )
     ap.add_argument("--churn", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--churn-rate", type=float, default=20.0)
