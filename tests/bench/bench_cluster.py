@@ -26,7 +26,8 @@ from its first write, against pods / clientQPS), writes by kind from the audit l
 per changed pod, peak RSS and CPU seconds of the subject's process. With churn (after
 convergence): pods created at `--churn-rate`/s on random nodes, every fifth deleted
 again, then p50/p99 from a pod's creation to its limit, pods without a limit 10 s after
-the churn, and resizes per created pod. Nothing is asserted; figures go to stdout.
+the churn, and resizes per created pod, counted until the subject has written nothing for
+5 s (at most `--settle`). Nothing is asserted; figures go to stdout.
 """
 
 from __future__ import annotations
@@ -484,10 +485,13 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
             api.delete(pod_path(NS, gone), {"gracePeriodSeconds": 0})
             deleted += 1
         time.sleep(max(0.0, start + (i + 1) * period - time.monotonic()))
+    churn_end = time.monotonic()
     time.sleep(10.0)
     live = set(created)
     without = sum(1 for n in live if n not in fleet.limited_at)
     lat = sorted(fleet.limited_at[n] - fleet.created_at[n] for n in live if n in fleet.limited_at)
+    # every write the churn caused: until the subject has been quiet for 5 s (at most --settle)
+    drained = settle(workdir, args.settle) - churn_end
     writes = audit(workdir, names=True)[writes_before:]
     resizes = sum(1 for _, k in writes if k.startswith("resize"))
     own = sum(1 for _, k in writes if k.startswith("resize churn-"))
@@ -504,6 +508,7 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
         "p50_s": statistics.median(lat) if lat else None,
         "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
         "resizes_per_created": resizes / args.churn_pods,
+        "drained_s": drained,
         "own_resizes": own,
         "neighbour_resizes": resizes - own,
         "seeded_at_admission": seeded,
@@ -540,7 +545,8 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
                 f"  churn {c['rate']}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
                 f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
-                f"{c['neighbour_resizes']} of neighbours); refused: {c['refused'] or 'none'}; "
+                f"{c['neighbour_resizes']} of neighbours), the last {c['drained_s']:.1f} s after the churn; "
+                f"refused: {c['refused'] or 'none'}; "
                 f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )
 
