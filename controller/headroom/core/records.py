@@ -298,8 +298,11 @@ def _unapplied(
     applied = []
     differs = False
     for st in statuses:
-        name, res = st.get("name"), st.get("resources")
-        if name not in spec or not isinstance(res, Mapping) or "running" not in (st.get("state") or _EMPTY):
+        name, res, state = st.get("name"), st.get("resources"), st.get("state")
+        # only what a kubelet writes counts (a running container's reported resources)
+        if type(name) is not str or name not in spec or not isinstance(res, Mapping):
+            continue
+        if not isinstance(state, Mapping) or "running" not in state:
             continue
         v = (res.get("limits") or _EMPTY).get("cpu")
         milli = 0 if v is None else _cpu(obj, v, "status.containerStatuses[].resources.limits.cpu")

@@ -139,19 +139,36 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
             return None, "the old pod-level limit would change the pod's QoS class"
         m = Managed(pod, ())
         return PodTarget(m, m.request, before, BOUND_RELEASED, (), pod.pod_level.cpu_limit, True), ""
+    return container_limits_target(
+        pod,
+        rec,
+        "old limit",
+        "it had no CPU limit before Headroom, and Kubernetes cannot remove one in place",
+        BOUND_RELEASED,
+    )
+
+
+def container_limits_target(
+    pod: Pod, limits: Mapping[str, int | None], what: str, none: str, bound: str
+) -> tuple[PodTarget | None, str]:
+    """The resize that gives the named containers these CPU limits (None: no limit), or
+    None and why not (empty: they have them already): Kubernetes cannot remove a limit in
+    place (`none` says so), a limit never goes below a request, and the pod stays
+    Burstable. `what` names the limits in the reasons (e.g. "old limit"). Restore and the
+    write-back of what a kubelet applied both build their resize here."""
     targets = []
     new: dict[str, int | None] = {}
     for c in pod.containers:
-        if c.kind == INIT or c.name not in rec:
+        if c.kind == INIT or c.name not in limits:
             new[c.name] = c.cpu_limit
             continue
-        before = rec[c.name]
+        before = limits[c.name]
         if before is None:
             if c.cpu_limit is not None:
-                return None, "it had no CPU limit before Headroom, and Kubernetes cannot remove one in place"
+                return None, none
             continue
         if before < c.cpu_request:
-            return None, f"the old limit of container {c.name} ({format_milli(before)}) is below its request now"
+            return None, f"the {what} of container {c.name} ({format_milli(before)}) is below its request now"
         new[c.name] = before
         if c.cpu_limit != before:
             targets.append(ContainerTarget(c.name, c.cpu_request, c.cpu_limit, before, True))
@@ -159,10 +176,10 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
         return None, ""
     after = [(c.cpu_request or None, new.get(c.name), c.mem_request, c.mem_limit) for c in pod.containers]
     if qos_class(after) != BURSTABLE:
-        return None, "the old limits would change the pod's QoS class"
+        return None, f"the {what}s would change the pod's QoS class"
     m = Managed(pod, tuple(c for c in pod.containers if c.kind != INIT and c.name in new))
     total = sum(t.target for t in targets)
-    return PodTarget(m, m.request, total, BOUND_RELEASED, tuple(targets), None, True), ""
+    return PodTarget(m, m.request, total, bound, tuple(targets), None, True), ""
 
 
 def current_limit(pod: Pod, written: PodTarget | None = None) -> int | None:

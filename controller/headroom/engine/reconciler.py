@@ -26,9 +26,9 @@ from ..core import keys, release
 from ..core.neighbours import Neighbours, QuotaBudget
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
-from ..core.policy import ContainerTarget, PodTarget, outside_deadband, write_order
+from ..core.policy import PodTarget, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
-from ..core.records import APP, Namespace, Node, Pod
+from ..core.records import Namespace, Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState
 from .queue import NodeBusy
@@ -340,32 +340,26 @@ class Reconciler:
         no resize in flight: once that has lasted UNAPPLIED_GRACE, the resize that writes
         back what the kubelet applied (the kernel does not change), after which the target
         is written again as a new resize the kubelet sees. None while waiting, when the
-        applied limits cannot be written back safely (none, or below a request), or once
-        UNAPPLIED_RESENDS are spent (then a Warning says so, once)."""
-        pod, t = pp.pod, pp.target
-        assert t is not None and pod.unapplied is not None
+        applied limits cannot be written back safely (release.container_limits_target: none,
+        below a request, or a QoS change), or once UNAPPLIED_RESENDS are spent (then a
+        Warning says so, once)."""
+        pod = pp.pod
+        assert pod.unapplied is not None
         now = self._clock()
         since = self._unapplied_since.setdefault(pod.key, now)
         if now - since < UNAPPLIED_GRACE:
             result.retry_at(since + UNAPPLIED_GRACE - now + 0.05)
             return None
-        applied = dict(pod.unapplied)
-        spec = {c.name: c for c in pod.containers}
-        back = tuple(
-            ContainerTarget(name, spec[name].cpu_request, spec[name].cpu_limit, milli, True)
-            for name, milli in pod.unapplied
-            if milli != (spec[name].cpu_limit or 0)
+        applied = {name: milli or None for name, milli in pod.unapplied}
+        back, refused = release.container_limits_target(
+            pod, applied, "applied limit", "the kubelet applied no CPU limit, and none can be written", UNAPPLIED
         )
-        safe = all(c.target >= max(c.request, 10) for c in back)
-        guaranteed = pod.memory_pinned and all(
-            applied.get(c.name, c.cpu_limit or 0) == c.cpu_request for c in pod.containers
-        )
-        shown = ", ".join(f"{c.name} {format_milli(c.target) if c.target else 'none'}" for c in back)
-        if not safe or guaranteed or self._resent.get(pod.key, 0) >= UNAPPLIED_RESENDS:
+        shown = ", ".join(f"{name} {format_milli(m) if m else 'none'}" for name, m in applied.items())
+        if back is None or self._resent.get(pod.key, 0) >= UNAPPLIED_RESENDS:
             why = (
                 f"the kubelet reports CPU limits {shown} applied, not the spec's, and has no resize in "
-                "progress; they cannot be written back to make it try again"
-                if not safe or guaranteed
+                f"progress; they cannot be written back to make it try again: {refused}"
+                if back is None
                 else f"the kubelet still reports CPU limits {shown} applied, not the spec's, after "
                 f"{UNAPPLIED_RESENDS} resizes sent again; look at the node's kubelet"
             )
@@ -380,8 +374,7 @@ class Reconciler:
             "resize not applied by the kubelet; sending it again",
             extra={"pod": pod.key, "applied": shown, "for_seconds": round(now - since, 1)},
         )
-        total = sum(applied.get(c.name, c.cpu_limit or 0) for c in pod.containers if c.kind == APP)
-        return PodPlan(pod, pp.reason, replace(t, target=total, bound=UNAPPLIED, containers=back, apply=True))
+        return PodPlan(pod, pp.reason, back)
 
     def _release(self, plan: NodePlan, pp: PodPlan, neighbours: Neighbours) -> PodPlan | None:
         """A pod Headroom no longer manages: the resize that restores its recorded limit
