@@ -14,6 +14,7 @@ from factories import pod
 from headroom.cluster.api import Api, ApiError, pod_path
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"  # the controller's, by default
 
 
 def _newest() -> str:

@@ -33,7 +33,11 @@ from cluster_helpers import SecretMount
 from headroom.cluster.api import Api, ApiError
 from headroom.testbed.controlplane import free_port
 
-VALUES = {"default": [], "production": ["-f", str(ROOT / "charts" / "kube-headroom" / "ci" / "production-values.yaml")]}
+VALUES = {
+    "default": [],
+    "production": ["-f", str(ROOT / "charts" / "kube-headroom" / "ci" / "production-values.yaml")],
+    "pod-series": ["--set", "metrics.podSeries=true"],  # the opt-in per-pod metric, through the rendered args
+}
 
 
 def _render(release: str, values: list[str], namespace: str, ports: dict[str, int]) -> list[dict[str, Any]]:
@@ -128,6 +132,11 @@ def test_the_rendered_controller_runs_as_its_service_account_and_two_replicas_el
                 break
             assert time.monotonic() < deadline, states
             time.sleep(1)
+        # Per-pod series exist only when the values ask for them (on the rendered metrics port).
+        for ports, _ in replicas:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=5) as r:
+                scrape = r.read().decode()
+            assert ("headroom_pod_limit_cores" in scrape) is (flavour == "pod-series"), flavour
         (lease_name,) = [a.split("=", 1)[1] for a in rendered_args if a.startswith("--lease-name=")]
         lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{lease_name}")
         holder = lease["spec"]["holderIdentity"]

@@ -15,6 +15,7 @@ from chart import PROMTOOL, dashboard_metric_names
 from cluster_helpers import (
     CONTROLLER_TOKEN,
     K8S_MINOR,
+    LEASE,
     cpu_limits,
     create_pod,
     wait_limits,
@@ -27,7 +28,6 @@ from headroom.sim.kubelet import SimulatedKubelet
 from headroom.testbed.controlplane import ADMIN_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"
 
 
 def _ts(text: str) -> datetime.datetime:

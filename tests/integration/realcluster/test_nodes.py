@@ -11,13 +11,11 @@ from __future__ import annotations
 import contextlib
 import time
 
-from cluster_helpers import cpu_limits, profile, wait_limits
+from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
 from headroom.cluster.api import ApiError, pod_path
 from headroom.core.quantity import cpu_milli
 from headroom.testbed.node import busy_pod
 from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota
-
-GROUP = "/apis/kube-headroom.dev/v1alpha1"
 
 
 def test_the_scheduler_spreads_a_deployment_over_two_nodes_and_each_pool_gets_its_own_limits(
@@ -42,12 +40,12 @@ def test_the_scheduler_spreads_a_deployment_over_two_nodes_and_each_pool_gets_it
             for name in placed[node.name]:
                 wait_limits(api, namespace, name, [expected[node.name]], timeout=30)
                 wait_quota(node, api, namespace, name, cpu_milli(expected[node.name]) * PERIOD_US // 1000)
-        status = {}
-        deadline = time.monotonic() + 20
-        while status.get("matchedNodes") != 1 or status.get("managedPods") != 2:
-            assert time.monotonic() < deadline, status
-            time.sleep(0.5)
-            status = api.get(f"{GROUP}/nodepoolprofiles/batch").get("status") or {}
+        status = wait_for(
+            api,
+            f"{GROUP}/nodepoolprofiles/batch",
+            lambda o: (o.get("status") or {}).get("matchedNodes") == 1 and o["status"].get("managedPods") == 2,
+            timeout=20,
+        )["status"]
         shown = {k: status.get(k) for k in ("matchedNodes", "managedPods", "effectiveFactor", "mode")}
         print(f"\nspread over two real nodes: {placed}; limits {expected}; pool batch status {shown}")
     finally:

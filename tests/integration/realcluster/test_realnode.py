@@ -9,11 +9,12 @@ after the resize, and the throttling counters in its `cpu.stat`.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import cpu_limits, wait_limits
+from cluster_helpers import GROUP, LEASE, cpu_limits, node_events, wait_for, wait_limits, wait_node_event
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
 from headroom.testbed.node import RealNode, busy_pod
@@ -382,18 +383,12 @@ def test_a_pod_the_kubelet_is_still_stopping_books_its_cpu_until_it_is_gone(
     assert took <= 2.0 + 2.0, took  # debouncePeriod + 2 s
 
 
-LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"
-
-
 def test_with_two_replicas_only_the_leader_writes_and_a_standby_takes_over_after_a_kill(
     api, namespace, real_node, headroom_config, start_controller
 ):
     """Two controllers, one Lease: the leader's limit reaches the cgroup; killed (no lease
     release), the standby takes over within the lease and writes the next pod's limit; at
     no moment did both write."""
-    import datetime
-
-    from cluster_helpers import node_events, wait_node_event
 
     def ts(text: str) -> datetime.datetime:
         return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -450,8 +445,6 @@ def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
     Deferred). Headroom counts it in its status and metrics, writes nothing to that pod,
     and once the neighbour leaves and the kubelet completes the resize, gives the pod the
     node."""
-    from cluster_helpers import wait_for
-
     wait_node_empty(api, real_node.name)
     headroom_config()
     api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("hog", real_node.name, "1", None, busy=False))
@@ -475,7 +468,7 @@ def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
         time.sleep(0.2)
     cfg = wait_for(
         api,
-        "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster",
+        f"{GROUP}/headroomconfigs/cluster",
         lambda o: (o.get("status") or {}).get("deferredResizes") == 1,
         timeout=30,
     )
@@ -492,7 +485,7 @@ def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
     wait_quota(real_node, api, namespace, "d", 200_000)
     wait_for(
         api,
-        "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster",
+        f"{GROUP}/headroomconfigs/cluster",
         lambda o: (o.get("status") or {}).get("deferredResizes") == 0,
         timeout=30,
     )
