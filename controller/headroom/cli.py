@@ -326,7 +326,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the controller")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--workers", type=int, default=2, help="nodes reconciled in parallel (default 2)")
+    p.add_argument("--workers", type=int, default=4, help="nodes reconciled in parallel (default 4)")
     p.add_argument("--identity", help="this replica's name in events and leases (default: hostname)")
     p.add_argument(
         "--status-annotation",

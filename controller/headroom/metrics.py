@@ -118,7 +118,11 @@ class Metrics:
             registry=r,
         )
         self._nodes: dict[str, _NodeSeries] = {}
-        self._pools: set[str] = set()
+        # Running totals over _nodes, kept as nodes come and go: a plan costs O(its pods),
+        # not O(nodes) (a wave observes a plan per resize).
+        self._pool_nodes: dict[str, int] = {}
+        self._pool_managed: dict[str, int] = {}
+        self._pending = self._deferred = 0
 
         self._lock = threading.Lock()
 
@@ -156,10 +160,12 @@ class Metrics:
                         gauge.remove(*key)
                 if old.pool != pool:
                     self._drop_node_series(name, old.pool)
-            self._nodes[name] = _NodeSeries(pool, pods, managed, pending, deferred)
+            self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred)
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
-            self._totals()
+            self._count(new, 1)  # before the old part goes: the pool's series never blinks
+            if old is not None:
+                self._count(old, -1)
 
     def _drop_node_series(self, node: str, pool: str) -> None:
         for gauge in (self.node_factor, self.node_slack):
@@ -175,20 +181,23 @@ class Metrics:
                 for key in old.pods:
                     self.pod_limit.remove(*key)
             self._drop_node_series(node, old.pool)
-            self._totals()
+            self._count(old, -1)
 
-    def _totals(self) -> None:
-        per_pool: dict[str, int] = {}
-        for s in self._nodes.values():
-            per_pool[s.pool] = per_pool.get(s.pool, 0) + s.managed
-        for pool, count in per_pool.items():
-            self.pods_managed.labels(pool).set(count)
-        for pool in self._pools - per_pool.keys():  # pools that vanished
-            self.pods_managed.remove(pool)
-        self._pools = set(per_pool)
-
-        self.pending.set(sum(s.pending for s in self._nodes.values()))
-        self.deferred.set(sum(s.deferred for s in self._nodes.values()))
+    def _count(self, series: _NodeSeries, sign: int) -> None:
+        """Add (`sign` 1) or take away (-1) one node's part of the totals."""
+        pool = series.pool
+        nodes = self._pool_nodes[pool] = self._pool_nodes.get(pool, 0) + sign
+        managed = self._pool_managed[pool] = self._pool_managed.get(pool, 0) + sign * series.managed
+        if nodes:
+            self.pods_managed.labels(pool).set(managed)
+        else:  # the pool's last node: its series goes
+            del self._pool_nodes[pool], self._pool_managed[pool]
+            with contextlib.suppress(KeyError):
+                self.pods_managed.remove(pool)
+        self._pending += sign * series.pending
+        self._deferred += sign * series.deferred
+        self.pending.set(self._pending)
+        self.deferred.set(self._deferred)
 
 
 class _Quiet(WSGIRequestHandler):

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -473,12 +474,19 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     created: list[str] = []
     deleted = 0
     period = 1.0 / args.churn_rate
+    # Every pod's CPU limits before the churn (a new pod's: as admitted), to count the
+    # fewest resizes that reach the final targets from them.
+    before = {
+        p["metadata"]["name"]: _cpu_limits(p)
+        for page in api.list_pages(f"/api/v1/namespaces/{NS}/pods")
+        for p in page["items"]
+    }
     start = time.monotonic()
     for i in range(args.churn_pods):
         name = f"churn-{i:05d}"
         node = f"node-{rng.randrange(args.nodes):04d}"
         fleet.created_at[name] = time.monotonic()
-        api.post(f"/api/v1/namespaces/{NS}/pods", pod_body(name, node, rng.choice(CPUS)))
+        before[name] = _cpu_limits(api.post(f"/api/v1/namespaces/{NS}/pods", pod_body(name, node, rng.choice(CPUS))))
         created.append(name)
         if i % 5 == 4:  # every fifth: one of the earlier ones goes again
             gone = created.pop(rng.randrange(len(created)))
@@ -496,6 +504,7 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     resizes = sum(1 for _, k in writes if k.startswith("resize"))
     own = sum(1 for _, k in writes if k.startswith("resize churn-"))
     seeded = sum(1 for n in live if n in fleet.born_limited)
+    at_least = fewest_resizes(api, before)
     refused: dict[str, int] = {}
     for _, k in writes:
         if k.startswith("refused"):
@@ -508,12 +517,36 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
         "p50_s": statistics.median(lat) if lat else None,
         "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
         "resizes_per_created": resizes / args.churn_pods,
+        "fewest_per_created": at_least / args.churn_pods,
         "drained_s": drained,
         "own_resizes": own,
         "neighbour_resizes": resizes - own,
         "seeded_at_admission": seeded,
         "refused": refused,
     }
+
+
+def _cpu_limits(pod: dict[str, Any]) -> dict[str, str | None]:
+    return {c["name"]: ((c.get("resources") or {}).get("limits") or {}).get("cpu") for c in pod["spec"]["containers"]}
+
+
+def fewest_resizes(api: Api, before: dict[str, dict[str, str | None]]) -> int:
+    """The fewest resizes any controller needs to bring every pod now on the cluster from
+    its CPU limits before the churn (a new pod's: as admitted) to the policy's targets on
+    the cluster as it is now: the pods whose earlier limits the policy would change (the
+    same deadband), one resize each."""
+    snap = read_cluster(api)
+    pods = []
+    for pod in snap.pods:
+        was = before.get(pod.name)
+        if was is not None:
+            limits = tuple(
+                replace(c, cpu_limit=cpu_milli(was[c.name]) if was.get(c.name) else None) for c in pod.containers
+            )
+            pod = replace(pod, containers=limits)
+        pods.append(pod)
+    plan = plan_cluster(snap.nodes, pods, snap.namespaces, snap.resolver(), pod_level_resize=False)
+    return sum(1 for pp in plan.all_pods() if pp.target is not None and pp.target.apply)
 
 
 def report(results: list[dict[str, Any]], qps: float) -> None:
@@ -545,7 +578,8 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
                 f"  churn {c['rate']}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
                 f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
-                f"{c['neighbour_resizes']} of neighbours), the last {c['drained_s']:.1f} s after the churn; "
+                f"{c['neighbour_resizes']} of neighbours; the fewest any controller needs to reach the final "
+                f"targets: {c['fewest_per_created']:.2f}), the last {c['drained_s']:.1f} s after the churn; "
                 f"refused: {c['refused'] or 'none'}; "
                 f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )

@@ -39,3 +39,14 @@ def test_metrics_benchmark_runs_at_small_size_and_the_default_scrape_has_no_per_
     # 20 nodes: 2 node series each, plus the global ones; per-pod series only with --pod-metrics
     assert int(rows["default"][1].replace(",", "")) < 100, r.stdout
     assert int(rows["--pod-metrics"][2].replace(",", "")) >= 1200, r.stdout  # 600 pods x 2 containers
+
+
+def test_wave_benchmark_converges_a_small_cluster_whose_pods_have_limits():
+    """The real `headroom run` against the fake API server with writes and the kubelet
+    echo: every pod reaches the policy's target and the figures are printed."""
+    bench = BENCH.parent / "bench_wave.py"
+    args = ["--pods", "600", "--nodes", "20", "--until-converged", "--quiet", "5", "--scrape", "5"]
+    r = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "pods the policy would still change: 0" in r.stdout, r.stdout[-2000:]
+    assert "pod writes per pod resized:" in r.stdout and "peak RSS over the wave" in r.stdout

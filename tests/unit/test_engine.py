@@ -372,6 +372,9 @@ def test_the_lane_survives_a_crashing_write_and_drops_everything_on_a_lost_lease
         def __init__(self, name: str, fail: type[BaseException] | None = None) -> None:
             self.name, self.fail = name, fail
 
+        def due(self) -> bool:
+            return True
+
         def send(self, writer: Writer) -> bool:
             if self.fail is not None:
                 raise self.fail()
@@ -436,3 +439,35 @@ def test_profiles_that_tie_on_a_node_both_say_so():
     assert tie_warnings([("f", prof("zeta")), ("f", prof("alpha"))], [{"pool": "batch"}, {"pool": "other"}])[0].count(
         "1 node(s)"
     )
+
+
+def test_while_resizes_wait_annotations_get_at_most_their_share_of_the_budget():
+    clock = Clock()
+
+    def sleep(s: float) -> None:
+        clock.t += s
+
+    lim = WriteLimiter(per_node=100.0, global_qps=50.0, clock=clock, sleep=sleep)
+    waiting = [True]
+    lim.resizes_waiting = lambda: waiting[0]
+    start = clock.t
+    low = 0
+    while clock.t - start < 10.0:  # only the lane asks: every token is free for it
+        lim.acquire(priority=LOW)
+        low += 1
+    # LOW_SHARE of 50/s for 10 s (and the one token each bucket starts with)
+    assert low <= 50.0 * WriteLimiter.LOW_SHARE * 10 + 2
+    # ... and that share is theirs even while changes wait for every other token
+    lim._waiting[ADJUST] = 1
+    start, low = clock.t, 0
+    while clock.t - start < 10.0:
+        lim.acquire(priority=LOW)
+        low += 1
+    assert 50.0 * WriteLimiter.LOW_SHARE * 10 - 2 <= low <= 50.0 * WriteLimiter.LOW_SHARE * 10 + 2
+    lim._waiting[ADJUST] = 0
+    waiting[0] = False  # the wave is over: free tokens go to the lane at the full rate
+    start, low = clock.t, 0
+    while clock.t - start < 10.0:
+        lim.acquire(priority=LOW)
+        low += 1
+    assert low >= 0.9 * 50 * 10  # the full rate (less the pollers' 1-ms naps)

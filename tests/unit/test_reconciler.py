@@ -57,3 +57,124 @@ def test_annotation_is_rewritten_only_when_it_says_something_new():
     assert _due('{"target":"5000m","pool":"other","dryRun":false}')
     assert _due('{"target":"5000m","pool":"batch","dryRun":true}')
     assert _due("not json")
+
+
+# --- what the reconciler keeps between passes: per node, or per write in flight -----------
+
+from dataclasses import replace  # noqa: E402
+
+from headroom.cluster.cache import ClusterCache  # noqa: E402
+from headroom.cluster.writer import APPLIED, Outcome, Writer  # noqa: E402
+from headroom.engine.backoff import PodBackoff  # noqa: E402
+from headroom.engine.config import ConfigState  # noqa: E402
+from headroom.engine.queue import NodeBusy  # noqa: E402
+from headroom.engine.reconciler import Reconciler  # noqa: E402
+
+CONFIG = {
+    "apiVersion": "kube-headroom.dev/v1alpha1",
+    "kind": "HeadroomConfig",
+    "metadata": {"name": "cluster", "generation": 1},
+    "spec": {},
+}
+
+
+class RecordingWriter(Writer):
+    """Writes go to lists, not to an API server; `budget` resizes per pass, then NodeBusy."""
+
+    def __init__(self, budget: int = 1000) -> None:
+        super().__init__(api=None, instance="t")  # type: ignore[arg-type]
+        self.resizes: list[str] = []
+        self.written: dict[str, str] = {}  # pod -> the CPU limit its last resize wrote
+        self.annotations: list[str] = []
+        self.budget = budget
+
+    def resize(self, pod, target):  # type: ignore[no-untyped-def,override]
+        if self.budget <= 0:
+            raise NodeBusy(0.1)
+        self.budget -= 1
+        self.resizes.append(pod.name)
+        self.written[pod.name] = f"{target.containers[0].target}m"
+        return Outcome(APPLIED)
+
+    def event(self, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        pass
+
+    def node_wave(self, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        pass
+
+    def drain_lane(self, cache: ClusterCache) -> None:
+        """Send what the lane holds, one annotation per turn as its thread does; each one
+        written comes back through the watch (the cache)."""
+        while self.lane.depth():
+            key = next(iter(self.lane._items))
+            item = self.lane._items.pop(key)
+            due = item.due() and item.decide()  # type: ignore[attr-defined]
+            if due:
+                pod, value, _ = due[0]
+                self.annotations.append(pod.name)
+                cache.upsert_pod(replace(pod, status_annotation=value, resource_version=pod.resource_version + "a"))
+                if len(due) > 1:
+                    self.lane.put(key, item)
+
+
+def _cluster(pods: int, limit: str = "2"):
+    cache = ClusterCache()
+    cache.replace_namespaces(
+        [namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})]
+    )
+    cache.replace_nodes([node_from_dict(node(cpu="16"))])
+    raws = [pod(name=f"p{i}", containers=[container(cpu="500m", limit=limit)]) for i in range(pods)]
+    for i, raw in enumerate(raws):
+        raw["metadata"]["resourceVersion"] = str(i + 1)
+    cache.replace_pods([pod_from_dict(r) for r in raws])
+    config = ConfigState()
+    config.update([CONFIG], [])
+    return cache, config, raws
+
+
+def _echo(cache: ClusterCache, raws: list, writer: RecordingWriter, rv: int) -> None:
+    """The watch brings the resized pods back with the limits written and a new version."""
+    for raw in raws:
+        limit = writer.written.get(raw["metadata"]["name"])
+        if limit is not None:
+            raw["spec"]["containers"][0]["resources"]["limits"]["cpu"] = limit
+            raw["metadata"]["resourceVersion"] = str(rv)
+            cache.upsert_pod(pod_from_dict(raw))
+
+
+def test_a_pass_cut_short_keeps_no_plan_and_never_resends_a_resize_the_watch_has_not_brought():
+    cache, config, raws = _cluster(4)
+    writer = RecordingWriter(budget=1)
+    rec = Reconciler(cache, config, writer, PodBackoff(), lambda n: False)
+    first = rec.reconcile("n1")
+    assert first.partial and writer.resizes == ["p0"] and rec.resizes_waiting()
+    # The next turns decide again from the cache, which has not seen p0's resize yet:
+    # p0 is in flight and is not written twice; the others follow one per turn.
+    for _ in range(3):
+        writer.budget = 1
+        rec.reconcile("n1")
+    assert writer.resizes == ["p0", "p1", "p2", "p3"]
+    writer.budget = 1
+    last = rec.reconcile("n1")
+    assert not last.partial and writer.resizes == ["p0", "p1", "p2", "p3"] and not rec.resizes_waiting()
+    # What is kept is per write in flight: gone once the watch brings each pod's new version.
+    assert len(rec._in_flight) == 4
+    _echo(cache, raws, writer, rv=100)
+    rec.reconcile("n1")
+    assert rec._in_flight == {} and writer.resizes == ["p0", "p1", "p2", "p3"]
+
+
+def test_status_annotations_are_one_lane_item_per_node_decided_when_sent():
+    cache, config, raws = _cluster(30)
+    writer = RecordingWriter()
+    rec = Reconciler(cache, config, writer, PodBackoff(), lambda n: False)
+    rec.reconcile("n1")
+    assert len(writer.resizes) == 30
+    assert writer.lane.depth() == 1  # one item for the node, not one per pod
+    writer.drain_lane(cache)
+    assert writer.annotations == []  # every pod's resize is in flight: its annotation waits for it
+    _echo(cache, raws, writer, rv=200)
+    rec.reconcile("n1")  # the watch brought the resizes: the node is decided again
+    assert writer.lane.depth() == 1
+    writer.drain_lane(cache)
+    assert sorted(writer.annotations) == sorted(f"p{i}" for i in range(30))

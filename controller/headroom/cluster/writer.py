@@ -123,6 +123,10 @@ class _Unlimited:
 
 
 class LaneItem(Protocol):
+    def due(self) -> bool:
+        """Whether sending it now would write anything (asked before a token is taken)."""
+        ...
+
     def send(self, writer: Writer) -> bool:
         """Write it; False to keep it queued for another try (the server said wait)."""
         ...
@@ -173,13 +177,17 @@ class Lane:
                 if not self._items:
                     self._cond.wait(0.5)
                     continue
-            if writer.limiter.acquire(priority=LOW, stop=stop) < 0:
-                return
-            with self._cond:
-                if not self._items:
-                    continue
                 key = next(iter(self._items))
                 item = self._items.pop(key)
+            try:
+                if not item.due():
+                    continue  # nothing to write any more: no token spent on it
+            except Exception:
+                log.exception("low-priority write crashed; dropped", extra={"key": str(key)})
+                self.crashes += 1
+                continue
+            if writer.limiter.acquire(priority=LOW, stop=stop) < 0:
+                return
             try:
                 done = item.send(writer)
             except NotLeader:
@@ -196,6 +204,7 @@ class Lane:
                 with self._cond:
                     if key not in self._items:  # unless something newer took its place
                         self._items[key] = item  # at the end: the others go first
+                        self._cond.notify()
 
 
 @dataclass(slots=True)
@@ -205,18 +214,53 @@ class _Annotation:
     still_wanted: Callable[[], bool]
     on_outcome: Callable[[Outcome], None]
 
+    def due(self) -> bool:
+        return self.still_wanted()  # not when the pod was deleted meanwhile
+
     def send(self, writer: Writer) -> bool:
-        if not self.still_wanted():  # the pod was deleted meanwhile: nothing to write
+        if not self.still_wanted():
             return True
-        body = {"metadata": {"annotations": {keys.STATUS_KEY: self.value}}}
-        path = pod_path(self.pod.namespace, self.pod.name)
-        outcome = writer._pod_write(
-            self.pod, lambda: writer.api.patch(path, body, MERGE_PATCH, writer.params), priority=None
-        )
+        outcome = _write_status_annotation(writer, self.pod, self.value)
         if outcome.result == THROTTLED:
             return False
         self.on_outcome(outcome)
         return True
+
+    def merge(self, older: LaneItem) -> LaneItem:
+        return self
+
+
+def _write_status_annotation(writer: Writer, pod: Pod, value: str) -> Outcome:
+    body = {"metadata": {"annotations": {keys.STATUS_KEY: value}}}
+    path = pod_path(pod.namespace, pod.name)
+    return writer._pod_write(pod, lambda: writer.api.patch(path, body, MERGE_PATCH, writer.params), priority=None)
+
+
+@dataclass(slots=True)
+class _NodeAnnotations:
+    """The status annotations of one node's pods, decided when sent: `decide` gives (pod,
+    value, what it shows) for each one due now. One write per turn; the item goes back to
+    the end of the lane while more are due, so nodes take turns. Whatever the number of
+    pods waiting for an annotation, the lane holds one of these per node."""
+
+    decide: Callable[[], list[tuple[Pod, str, str]]]
+    on_outcome: Callable[[Pod, str, Outcome], None]
+
+    def due(self) -> bool:
+        return bool(self.decide())
+
+    def send(self, writer: Writer) -> bool:
+        due = self.decide()
+        if not due:
+            return True
+        pod, value, shows = due[0]
+        outcome = _write_status_annotation(writer, pod, value)
+        if outcome.result == THROTTLED:
+            return False  # the same again later
+        self.on_outcome(pod, shows, outcome)
+        # More due: back to the end of the lane. A failure drops the item: `on_outcome`
+        # retries the node, whose next pass queues its annotations again.
+        return outcome.result not in (APPLIED, GONE) or len(due) == 1
 
     def merge(self, older: LaneItem) -> LaneItem:
         return self
@@ -229,6 +273,9 @@ class _Event:
     reason: str
     note: str
     action: str
+
+    def due(self) -> bool:
+        return True
 
     def send(self, writer: Writer) -> bool:
         return writer._post_event(self.regarding, self.kind, self.reason, self.note, self.action)
@@ -247,6 +294,9 @@ class _NodeWave:
     lead: str  # "adjusted" / "dry-run, not applied: would adjust"
     changes: list[str]
     tail: str  # the node's figures after the latest pass
+
+    def due(self) -> bool:
+        return True
 
     def send(self, writer: Writer) -> bool:
         n = len(self.changes)
@@ -350,6 +400,15 @@ class Writer:
         """Queue kube-headroom.dev/status for the lane; metadata only (RBAC: patch pods).
         `on_outcome` hears how it went (not on 429, which is retried)."""
         self.lane.put(("annotation", pod.key), _Annotation(pod, value, still_wanted, on_outcome))
+
+    def annotate_node(
+        self,
+        node: str,
+        decide: Callable[[], list[tuple[Pod, str, str]]],
+        on_outcome: Callable[[Pod, str, Outcome], None],
+    ) -> None:
+        """Queue `node`'s status annotations for the lane, decided by `decide` when sent."""
+        self.lane.put(("annotations", node), _NodeAnnotations(decide, on_outcome))
 
     def apply_status(self, body: dict[str, Any]) -> None:
         """Server-side apply of a custom resource's status; raises ApiError."""

@@ -55,7 +55,7 @@ def tune_gc() -> None:
 
 @dataclass
 class Options:
-    workers: int = 2
+    workers: int = 4
     identity: str = ""
     sync_timeout: float = 120.0
     capability_refresh: float = 300.0
@@ -125,6 +125,7 @@ class Controller:
             self._annotation_failed,
             annotate=self.options.status_annotation,
         )
+        self.limiter.resizes_waiting = self.reconciler.resizes_waiting
         self.status = StatusWriter(
             api,
             self.writer,
@@ -246,7 +247,7 @@ class Controller:
             self.status.node_gone(name)
 
         for name in stale.urgent:
-            self.reconciler.changed(name, urgent=True)
+            self.reconciler.changed(name)
             self.queue.add(name, immediate=True)
         for name in stale.nodes - stale.urgent:
             self.reconciler.changed(name)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..cluster.writer import SEED
+from ..cluster.writer import LOW, SEED
 
 
 class NodeQueue:
@@ -172,10 +172,17 @@ class WriteLimiter:
     priorities: SEED (a pod's first limit, and status writes) reserves the next token and
     sleeps until it; ADJUST (a change to a pod that has a limit) and LOW (annotations,
     events) take a token only when one is free now and nobody of a higher priority waits.
+    While `resizes_waiting()` says decided resizes wait for their nodes' budgets (a wave),
+    LOW runs on a bucket of its own, LOW_SHARE of the global rate, as both cap and floor:
+    it needs a token of that bucket (a token free only because the resize writers were
+    between round trips does not go to annotations, so at least 1 - LOW_SHARE of a wave's
+    writes are resizes), and with one it does not yield to waiting changes (so annotations
+    and events still move during a wave that saturates the budget), only to first limits.
     """
 
     BURST = 1.0
     POLL = 0.05  # longest nap of a lower-priority writer between looks at the budget
+    LOW_SHARE = 0.1
 
     def __init__(
         self,
@@ -192,6 +199,8 @@ class WriteLimiter:
         self._waiting = [0, 0, 0]  # writers waiting for a global token, per priority
         self.per_node = per_node
         self._global = TokenBucket(global_qps, self.BURST, clock())
+        self._low = TokenBucket(global_qps * self.LOW_SHARE, self.BURST, clock())
+        self.resizes_waiting: Callable[[], bool] = lambda: False
 
     def configure(self, per_node: float, global_qps: float) -> None:
         """Apply new rates; a no-op when they are unchanged, so configuration events (our own
@@ -203,6 +212,7 @@ class WriteLimiter:
                     bucket.rate = per_node
             if global_qps != self._global.rate:
                 self._global.rate = global_qps
+                self._low.rate = global_qps * self.LOW_SHARE
 
     def hold(self, seconds: float) -> None:
         """No write for `seconds` (a 429's Retry-After: the server is overloaded)."""
@@ -252,8 +262,14 @@ class WriteLimiter:
                     if nap == 0.0:
                         bucket = self._node_bucket(node, now, now) if node is not None else None
                         nap = self._global.wait(now)
-                        if nap == 0.0 and not any(self._waiting[:priority]):
+                        share = priority == LOW and self.resizes_waiting()
+                        if share:
+                            nap = max(nap, self._low.wait(now))
+                        ahead = self._waiting[SEED] if share else any(self._waiting[:priority])
+                        if nap == 0.0 and not ahead:
                             self._global.reserve(now)
+                            if share:
+                                self._low.reserve(now)
                             if bucket is not None:
                                 bucket.reserve(now)
                             return now - began

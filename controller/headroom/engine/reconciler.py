@@ -145,8 +145,8 @@ class _Wave:
 
 
 @dataclass(slots=True)
-class _Continuation:
-    """A pass cut short by the node's write budget: the resizes still to write, as decided."""
+class _Steps:
+    """A node's pass: its plan and the resizes it decided, in write order."""
 
     plan: NodePlan
     steps: list[PodPlan]
@@ -155,8 +155,17 @@ class _Continuation:
 
 class Reconciler:
     """One pass over a node: decide every pod's target, write the resizes now (the node's
-    budget permitting: otherwise the pass stops and the rest waits, as decided, for the
-    next turn), queue status annotations and events for the low-priority lane."""
+    budget permitting: otherwise the pass stops and the node's next turn decides again),
+    and queue the node in the low-priority lane, whose status annotations are decided when
+    they are sent.
+
+    What is kept between passes is per node or per write in flight, never per pod of the
+    cluster: a pass cut short keeps no plan (the next turn recomputes the node, ~0.2 ms for
+    30 pods), and the lane holds one item per node, not one annotation per pod. A resize
+    the API server accepted whose change the watch has not brought yet is remembered by
+    the resourceVersion it was sent on (`_in_flight`) until the watch moves past it, so a
+    recompute in between does not send it twice.
+    """
 
     def __init__(
         self,
@@ -183,7 +192,8 @@ class Reconciler:
         self._clock = clock
         self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
-        self._continuations: dict[str, _Continuation] = {}
+        self._unfinished: set[str] = set()  # nodes whose last pass ran out of node budget
+        self._in_flight: dict[str, str] = {}  # pod key -> resourceVersion a written resize was sent on
         self._waves: dict[str, _Wave] = {}  # node -> resizes not yet told in a node event
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
         self._unapplied_since: dict[str, float] = {}  # pod key -> when its spec and kubelet first disagreed
@@ -197,22 +207,25 @@ class Reconciler:
         self._warned.pop(pod_key, None)
         self._unapplied_since.pop(pod_key, None)
         self._resent.pop(pod_key, None)
+        self._in_flight.pop(pod_key, None)
 
-    def changed(self, node: str, urgent: bool = False) -> None:
-        """An input of `node` changed (called from the watch threads). An urgent change (the
-        node's allocatable dropped) throws away resizes still waiting from an earlier pass."""
+    def resizes_waiting(self) -> bool:
+        """Some node's decided resizes wait for its write budget (a wave is on)."""
+        return bool(self._unfinished)
+
+    def changed(self, node: str) -> None:
+        """An input of `node` changed (called from the watch threads)."""
         self._changed_at.setdefault(node, self._clock())
-        if urgent:
-            self._continuations.pop(node, None)
 
     def node_gone(self, node: str) -> None:
-        self._continuations.pop(node, None)
+        self._unfinished.discard(node)
         self._changed_at.pop(node, None)
         self._waves.pop(node, None)
 
     def reset(self) -> None:
         """A new term as leader: nothing kept from an earlier one is written."""
-        self._continuations.clear()
+        self._unfinished.clear()
+        self._in_flight.clear()
         self._waves.clear()
 
     def _settle(self, node: str) -> None:
@@ -222,7 +235,7 @@ class Reconciler:
         wave = self._waves.get(node)
         if wave is None:
             return
-        settled = node not in self._continuations and node not in self._changed_at
+        settled = node not in self._unfinished and node not in self._changed_at
         if settled or self._clock() - wave.started >= WAVE_MAX:
             del self._waves[node]
             self.writer.node_wave(wave.node, "CPULimitAdjusted", "adjusted", wave.changes, wave.tail)
@@ -240,17 +253,14 @@ class Reconciler:
         settings = self.config.settings_for(view.node.labels)
         self.backoff.period = self.config.base.backoff_seconds
         result = Result(blocked=settings.blocked)
-        cont = self._continuations.pop(node_name, None)
-        if cont is not None and cont.plan.settings != settings:
-            cont = None  # the configuration changed since: decide again
-        if cont is None:
-            self._changed_at.pop(node_name, None)  # this plan sees every change so far
-            cont = self._plan(view.node, view.pods, view.namespaces, view.neighbours, settings, result)
-            if cont is None:
-                self._settle(node_name)
-                return result
+        self._unfinished.discard(node_name)
+        self._changed_at.pop(node_name, None)  # this plan sees every change so far
+        todo = self._plan(view.node, view.pods, view.namespaces, view.neighbours, settings, result)
+        if todo is None:
+            self._settle(node_name)
+            return result
         try:
-            self._resize(node_name, cont, result)
+            self._resize(node_name, todo, result)
         except WriteBlocked as exc:
             result.blocked = str(exc)
             result.retry_at(BLOCKED_DELAY, hold=True)
@@ -268,12 +278,15 @@ class Reconciler:
         neighbours: Neighbours,
         settings: Settings,
         result: Result,
-    ) -> _Continuation | None:
-        """Decide the node; queue its warnings and the annotations of pods that need no
-        resize; the resizes to write (None: nothing to write)."""
+    ) -> _Steps | None:
+        """Decide the node; queue its warnings, and the node in the lane when a pod that
+        needs no resize needs its annotation; the resizes to write (None: none)."""
         for pod in pods:
             if pod.unapplied is None:
                 self._unapplied_since.pop(pod.key, None)
+            sent_on = self._in_flight.get(pod.key)
+            if sent_on is not None and sent_on != pod.resource_version:
+                del self._in_flight[pod.key]  # the watch brought our resize (or a later change)
             if pod.resize_infeasible and self._refused_seen.get(pod.key) != pod.resize_refused_generation:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
@@ -306,10 +319,13 @@ class Reconciler:
             return None
         steps: list[PodPlan] = []
         would: list[str] = []
+        annotate = False
         for pp in plan.pods:
             if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
                 self._warned[pp.pod.key] = pp.warning
                 self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
+            if pp.pod.key in self._in_flight:
+                continue  # written; decided again once the watch brings it
             t = pp.target
             if t is None:
                 if pp.reason in release.LEFT:
@@ -328,12 +344,43 @@ class Reconciler:
             if t.apply:
                 self.on_outcome(WOULD_APPLY, True)
                 would.append(f"{pp.pod.key} {_change(pp.pod, t)}")
-            if annotation_due(pp.pod, t, settings):
-                self._annotate(plan, pp.pod, t)
+            annotate = annotate or annotation_due(pp.pod, t, settings)
+        if annotate:
+            self._annotate(node.name)
         if would:
             self.writer.node_wave(node, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan))
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
-        return _Continuation(plan, steps, neighbours) if steps else None
+        return _Steps(plan, steps, neighbours) if steps else None
+
+    def due_annotations(self, node_name: str) -> list[tuple[Pod, str, str]]:
+        """The status annotations the node's pods need now, decided afresh (the lane calls
+        this right before it writes one): (pod, value, the target it shows) for every
+        managed pod that has its target (no resize waiting or in flight) and whose
+        annotation is missing or out of date. Empty when the node is gone or its settings
+        write nothing (invalid, paused)."""
+        view = self.cache.view(node_name)
+        if view is None or not self.annotate or self.writer.blocked() is not None:
+            return []
+        settings = self.config.settings_for(view.node.labels)
+        if settings.blocked is not None or settings.paused:
+            return []
+        plan = plan_node(
+            view.node,
+            view.pods,
+            view.namespaces,
+            settings,
+            pod_level_resize=self.pod_level_resize(view.node),
+            backing_off=self.backoff.active(),
+            neighbours=view.neighbours,
+        )
+        due = []
+        for pp in plan.pods:
+            t = pp.target
+            if t is None or (t.apply and not settings.dry_run) or pp.pod.key in self._in_flight:
+                continue
+            if annotation_due(pp.pod, t, settings):
+                due.append((pp.pod, status_annotation(plan, t), format_milli(t.target)))
+        return due
 
     def _unapplied(self, pp: PodPlan, result: Result) -> PodPlan | None:
         """A managed pod at its target whose kubelet reports other CPU limits applied, with
@@ -402,9 +449,9 @@ class Reconciler:
             self._annotate_released(plan, pod, pp.reason, note)
         return None
 
-    def _resize(self, node_name: str, cont: _Continuation, result: Result) -> None:
-        """Write the continuation's resizes in order until done, a failure that stops the
-        node, or the node's budget runs out (the rest is kept for the next turn)."""
+    def _resize(self, node_name: str, cont: _Steps, result: Result) -> None:
+        """Write the pass's resizes in order until done, a failure that stops the node, or
+        the node's budget runs out (the node's next turn decides the rest again)."""
         plan = cont.plan
         changes: list[str] = []
         backing_off = self.backoff.active()
@@ -450,7 +497,7 @@ class Reconciler:
                         self.quota.give_back(pod)  # not sent
                         raise
                 except NodeBusy as busy:
-                    self._continuations[node_name] = cont
+                    self._unfinished.add(node_name)
                     result.partial = True
                     result.retry_at(busy.wait)
                     return
@@ -464,6 +511,7 @@ class Reconciler:
                     self.on_outcome(outcome.result, False)
                 if outcome.result == APPLIED:
                     result.resizes += 1
+                    self._in_flight[pod.key] = pod.resource_version
                     changes.append(f"{pod.key} {_change(pod, target)} (decided by {target.bound})")
                     log.info(
                         "cpu limit adjusted",
@@ -478,7 +526,7 @@ class Reconciler:
                     if target.bound == UNAPPLIED:
                         pass  # the target is written next, with its annotation
                     elif pp.reason == elig.MANAGED:
-                        self._annotate(plan, pod, target)
+                        self._annotate(node_name)
                     else:
                         self._annotate_released(
                             plan, pod, pp.reason, "restored the limit it had before Headroom", target
@@ -520,15 +568,12 @@ class Reconciler:
     def _annotate_released(
         self, plan: NodePlan, pod: Pod, reason: str, note: str, written: PodTarget | None = None
     ) -> None:
-        if self.annotate:
-            value = released_annotation(pod, reason, plan.settings, note, written)
-            self._queue_annotation(plan, pod, value, lambda: f"released ({reason})")
-
-    def _annotate(self, plan: NodePlan, pod: Pod, t: PodTarget) -> None:
-        if self.annotate:
-            self._queue_annotation(plan, pod, status_annotation(plan, t), lambda: format_milli(t.target))
-
-    def _queue_annotation(self, plan: NodePlan, pod: Pod, value: str, shows: Callable[[], str]) -> None:
+        """Queue the annotation that says the pod is released. One lane item per pod, decided
+        now (its note says why a limit was or was not restored): pods leave management a
+        namespace or an exclusion at a time, not as a cluster's first wave."""
+        if not self.annotate:
+            return
+        value = released_annotation(pod, reason, plan.settings, note, written)
         node, key, uid, settings = plan.node.name, pod.key, pod.uid, plan.settings
 
         def still_wanted() -> bool:
@@ -544,20 +589,29 @@ class Reconciler:
             )
 
         def on_outcome(outcome: Outcome) -> None:
-            if outcome.result == APPLIED:
-                log.info(
-                    "status annotation written",
-                    extra={"pod": key, "node": node, "target": shows(), "dryRun": plan.settings.dry_run},
-                )
-            elif outcome.result != GONE:
-                # Retried like a failed resize, so the annotation never stays wrong until a restart.
-                log.warning(
-                    "status annotation not written; node will be retried",
-                    extra={"pod": key, "result": outcome.result, "error": outcome.message},
-                )
-                self.on_annotation_failed(node, outcome)
+            self._annotation_outcome(node, key, f"released ({reason})", outcome)
 
         self.writer.annotate(pod, value, still_wanted, on_outcome)
+
+    def _annotate(self, node: str) -> None:
+        """Queue the node's status annotations: decided when the lane sends them."""
+        if self.annotate:
+            self.writer.annotate_node(
+                node,
+                lambda: self.due_annotations(node),
+                lambda pod, shows, outcome: self._annotation_outcome(node, pod.key, shows, outcome),
+            )
+
+    def _annotation_outcome(self, node: str, key: str, shows: str, outcome: Outcome) -> None:
+        if outcome.result == APPLIED:
+            log.info("status annotation written", extra={"pod": key, "node": node, "target": shows})
+        elif outcome.result != GONE:
+            # Retried like a failed resize, so the annotation never stays wrong until a restart.
+            log.warning(
+                "status annotation not written; node will be retried",
+                extra={"pod": key, "result": outcome.result, "error": outcome.message},
+            )
+            self.on_annotation_failed(node, outcome)
 
     def _retry(self, outcome: Outcome, result: Result) -> bool:
         """A transient failure: stop this pass; True (the rest of the node waits)."""
