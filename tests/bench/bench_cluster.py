@@ -15,7 +15,7 @@ pods each without CPU limits (requests 50m-1 CPU; with `--static-limits`, a limi
 the request), in one managed namespace, and the
 HeadroomConfig defaults (clientQPS 50, perNodePatchesPerSecond 10, debounce 2 s).
 
-- `headroom`: the real `headroom run` process (two workers, as the chart runs it).
+- `headroom`: the real `headroom run` process (its default workers, as the chart runs it).
 - `headroom-no-annotation`: the same with `--status-annotation=false`.
 - `naive`: what a Python team would write instead: the official `kubernetes` client,
   one watch, and for every pod event that pod's target (the same policy code, so both

@@ -108,12 +108,12 @@ class RecordingWriter(Writer):
         while self.lane.depth():
             key = next(iter(self.lane._items))
             item = self.lane._items.pop(key)
-            due = item.due() and item.decide()  # type: ignore[attr-defined]
-            if due:
-                pod, value, _ = due[0]
+            first, more = item.decide()  # type: ignore[attr-defined]
+            if first is not None:
+                pod, value, _ = first
                 self.annotations.append(pod.name)
                 cache.upsert_pod(replace(pod, status_annotation=value, resource_version=pod.resource_version + "a"))
-                if len(due) > 1:
+                if more:
                     self.lane.put(key, item)
 
 

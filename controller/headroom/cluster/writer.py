@@ -238,29 +238,30 @@ def _write_status_annotation(writer: Writer, pod: Pod, value: str) -> Outcome:
 
 @dataclass(slots=True)
 class _NodeAnnotations:
-    """The status annotations of one node's pods, decided when sent: `decide` gives (pod,
-    value, what it shows) for each one due now. One write per turn; the item goes back to
-    the end of the lane while more are due, so nodes take turns. Whatever the number of
-    pods waiting for an annotation, the lane holds one of these per node."""
+    """The status annotations of one node's pods, decided when sent: `decide` gives the
+    next one due now, (pod, value, what it shows), and whether more are due after it. One
+    write per turn; the item goes back to the end of the lane while more are due, so nodes
+    take turns. Whatever the number of pods waiting for an annotation, the lane holds one
+    of these per node."""
 
-    decide: Callable[[], list[tuple[Pod, str, str]]]
+    decide: Callable[[], tuple[tuple[Pod, str, str] | None, bool]]
     on_outcome: Callable[[Pod, str, Outcome], None]
 
     def due(self) -> bool:
-        return bool(self.decide())
+        return self.decide()[0] is not None
 
     def send(self, writer: Writer) -> bool:
-        due = self.decide()
-        if not due:
+        first, more = self.decide()
+        if first is None:
             return True
-        pod, value, shows = due[0]
+        pod, value, shows = first
         outcome = _write_status_annotation(writer, pod, value)
         if outcome.result == THROTTLED:
             return False  # the same again later
         self.on_outcome(pod, shows, outcome)
         # More due: back to the end of the lane. A failure drops the item: `on_outcome`
         # retries the node, whose next pass queues its annotations again.
-        return outcome.result not in (APPLIED, GONE) or len(due) == 1
+        return outcome.result not in (APPLIED, GONE) or not more
 
     def merge(self, older: LaneItem) -> LaneItem:
         return self
@@ -404,7 +405,7 @@ class Writer:
     def annotate_node(
         self,
         node: str,
-        decide: Callable[[], list[tuple[Pod, str, str]]],
+        decide: Callable[[], tuple[tuple[Pod, str, str] | None, bool]],
         on_outcome: Callable[[Pod, str, Outcome], None],
     ) -> None:
         """Queue `node`'s status annotations for the lane, decided by `decide` when sent."""

@@ -352,18 +352,19 @@ class Reconciler:
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Steps(plan, steps, neighbours) if steps else None
 
-    def due_annotations(self, node_name: str) -> list[tuple[Pod, str, str]]:
-        """The status annotations the node's pods need now, decided afresh (the lane calls
-        this right before it writes one): (pod, value, the target it shows) for every
+    def due_annotations(self, node_name: str) -> tuple[tuple[Pod, str, str] | None, bool]:
+        """The next status annotation the node's pods need, decided afresh (the lane calls
+        this right before it writes one): (pod, value, the target it shows) of the first
         managed pod that has its target (no resize waiting or in flight) and whose
-        annotation is missing or out of date. Empty when the node is gone or its settings
-        write nothing (invalid, paused)."""
+        annotation is missing or out of date, and whether another one is due after it.
+        (None, False) when the node is gone or its settings write nothing (invalid,
+        paused)."""
         view = self.cache.view(node_name)
         if view is None or not self.annotate or self.writer.blocked() is not None:
-            return []
+            return None, False
         settings = self.config.settings_for(view.node.labels)
         if settings.blocked is not None or settings.paused:
-            return []
+            return None, False
         plan = plan_node(
             view.node,
             view.pods,
@@ -373,14 +374,16 @@ class Reconciler:
             backing_off=self.backoff.active(),
             neighbours=view.neighbours,
         )
-        due = []
+        first = None
         for pp in plan.pods:
             t = pp.target
             if t is None or (t.apply and not settings.dry_run) or pp.pod.key in self._in_flight:
                 continue
             if annotation_due(pp.pod, t, settings):
-                due.append((pp.pod, status_annotation(plan, t), format_milli(t.target)))
-        return due
+                if first is not None:
+                    return first, True
+                first = (pp.pod, status_annotation(plan, t), format_milli(t.target))
+        return first, False
 
     def _unapplied(self, pp: PodPlan, result: Result) -> PodPlan | None:
         """A managed pod at its target whose kubelet reports other CPU limits applied, with
