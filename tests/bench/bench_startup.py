@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,19 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
 
 
-def make_cluster(pods: int, nodes: int, *, cpu: str = "16", seed: int = 7, **kw: Any) -> FakeApiServer:
-    """podgen pods spread over `nodes` nodes of `cpu` cores, 40 managed namespaces."""
+def make_cluster(
+    pods: int,
+    nodes: int,
+    *,
+    cpu: str = "16",
+    seed: int = 7,
+    make: Callable[[int, int, random.Random], dict[str, Any]] = make_pod,
+    **kw: Any,
+) -> FakeApiServer:
+    """`make` (podgen) pods spread over `nodes` nodes of `cpu` cores, 40 managed namespaces."""
     rng = random.Random(seed)
     return FakeApiServer(
-        pods=[orjson.dumps(make_pod(i, nodes, rng)) for i in range(pods)],
+        pods=[orjson.dumps(make(i, nodes, rng)) for i in range(pods)],
         nodes=[node_json(f"node-{n:05d}", cpu) for n in range(nodes)],
         namespaces=[
             orjson.dumps({"metadata": {"name": f"team-{t}", "labels": {"kube-headroom.dev/mode": "managed"}}})

@@ -140,8 +140,9 @@ class Lane:
     """The low-priority writes (status annotations, events), sent one at a time by one
     thread with the global write budget resizes leave (priority LOW).
 
-    Keyed: a pod's newer annotation replaces its unsent older one, a node's events of one
-    wave merge into one. A write that finds the view incomplete waits in the lane; one
+    Keyed: a node's status annotations are one item, decided when sent; a released pod's
+    newer annotation replaces its unsent older one; a node's events of one wave merge into
+    one. An item with nothing left to write (`due`) takes no token. A write that finds the view incomplete waits in the lane; one
     that finds this replica no longer leading is dropped with all the others (the next
     leader recomputes every node).
     """
