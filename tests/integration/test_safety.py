@@ -329,10 +329,15 @@ def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_ba
         while managed(c) != 2:
             assert time.monotonic() - backed_off_at < 4 + 4, "the backoff's expiry did not bring the pods back"
             time.sleep(0.2)
-        assert refused("p") == 1 and refused("q") == 1
+        # At most one refusal per generation written (each resize is one): a pod whose backoff
+        # ends a turn before its neighbour's is planned while that one is still BackingOff,
+        # gets a larger target, a new generation and maybe its own refusal.
+        for name in ("p", "q"):
+            assert 1 <= refused(name) <= api.get(pod_path(namespace, name))["metadata"]["generation"] - 1
         # A new resize (a third pod shrinks their share) is a new generation: refused, backed off again.
+        before = refused("p")
         create_pod(api, namespace, node, "r", containers=[container(cpu="500m")])
         deadline = time.monotonic() + 15
-        while refused("p") < 2:
+        while refused("p") < before + 1:
             assert time.monotonic() < deadline, "a refusal of a new generation was not backed off"
             time.sleep(0.2)
