@@ -39,7 +39,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_startup import _cpu, _status, make_cluster
-from fakeapi import PODS, FakeApiServer, node_json
+from fakeapi import PODS, FakeApiServer
 from podgen import make_pod
 
 NODE_CPU = "32"
@@ -91,18 +91,14 @@ def off_target(fake: FakeApiServer) -> int:
     from headroom.core.planner import plan_node
     from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 
-    ns = {
-        n: namespace_from_dict(orjson.loads(b))
-        for n, b in ((orjson.loads(b)["metadata"]["name"], b) for b in fake.objects["/api/v1/namespaces"])
-    }
+    ns = {r.name: r for r in (namespace_from_dict(orjson.loads(b)) for b in fake.objects["/api/v1/namespaces"])}
     by_node: dict[str, list[Any]] = {}
     for raw in fake.objects[PODS]:
         p = pod_from_dict(orjson.loads(raw))
         by_node.setdefault(p.node_name, []).append(p)  # type: ignore[arg-type]
     left = 0
-    for name, pods in by_node.items():
-        node = node_from_dict(orjson.loads(node_json(name, NODE_CPU)))
-        plan = plan_node(node, pods, ns, Settings(), pod_level_resize=True)
+    for node in (node_from_dict(orjson.loads(b)) for b in fake.objects["/api/v1/nodes"]):
+        plan = plan_node(node, by_node.get(node.name, []), ns, Settings(), pod_level_resize=True)
         left += sum(1 for pp in plan.pods if pp.target is not None and pp.target.apply)
     return left
 

@@ -183,13 +183,8 @@ class Lane:
             try:
                 if not item.due():
                     continue  # nothing to write any more: no token spent on it
-            except Exception:
-                log.exception("low-priority write crashed; dropped", extra={"key": str(key)})
-                self.crashes += 1
-                continue
-            if writer.limiter.acquire(priority=LOW, stop=stop) < 0:
-                return
-            try:
+                if writer.limiter.acquire(priority=LOW, stop=stop) < 0:
+                    return
                 done = item.send(writer)
             except NotLeader:
                 self.clear()

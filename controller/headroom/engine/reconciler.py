@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import orjson
 
-from ..cluster.cache import ClusterCache
+from ..cluster.cache import ClusterCache, NodeView
 from ..cluster.writer import (
     APPLIED,
     CONFLICT,
@@ -28,7 +28,7 @@ from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
 from ..core.policy import PodTarget, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
-from ..core.records import Namespace, Node, Pod
+from ..core.records import Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState
 from .queue import NodeBusy
@@ -255,7 +255,7 @@ class Reconciler:
         result = Result(blocked=settings.blocked)
         self._unfinished.discard(node_name)
         self._changed_at.pop(node_name, None)  # this plan sees every change so far
-        todo = self._plan(view.node, view.pods, view.namespaces, view.neighbours, settings, result)
+        todo = self._plan(view, settings, result)
         if todo is None:
             self._settle(node_name)
             return result
@@ -270,23 +270,31 @@ class Reconciler:
         self._settle(node_name)
         return result
 
-    def _plan(
-        self,
-        node: Node,
-        pods: tuple[Pod, ...],
-        namespaces: Mapping[str, Namespace],
-        neighbours: Neighbours,
-        settings: Settings,
-        result: Result,
-    ) -> _Steps | None:
+    def _plan_view(self, view: NodeView, settings: Settings, backing_off: frozenset[str]) -> NodePlan:
+        """Eligibility and policy for the node as the cache has it: the one planning call of
+        a pass and of the lane's annotations."""
+        return plan_node(
+            view.node,
+            view.pods,
+            view.namespaces,
+            settings,
+            pod_level_resize=self.pod_level_resize(view.node),
+            backing_off=backing_off,
+            neighbours=view.neighbours,
+        )
+
+    def _plan(self, view: NodeView, settings: Settings, result: Result) -> _Steps | None:
         """Decide the node; queue its warnings, and the node in the lane when a pod that
         needs no resize needs its annotation; the resizes to write (None: none)."""
+        node, pods, neighbours = view.node, view.pods, view.neighbours
+        in_flight = self._in_flight
         for pod in pods:
             if pod.unapplied is None:
                 self._unapplied_since.pop(pod.key, None)
-            sent_on = self._in_flight.get(pod.key)
-            if sent_on is not None and sent_on != pod.resource_version:
-                del self._in_flight[pod.key]  # the watch brought our resize (or a later change)
+            if in_flight:
+                sent_on = in_flight.get(key := pod.key)
+                if sent_on is not None and sent_on != pod.resource_version:
+                    del in_flight[key]  # the watch brought our resize (or a later change)
             if pod.resize_infeasible and self._refused_seen.get(pod.key) != pod.resize_refused_generation:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
@@ -299,15 +307,7 @@ class Reconciler:
                         f"the kubelet refused the resize (Infeasible or Error); leaving the pod alone for {settings.backoff_seconds:.0f}s",
                     )
         backing_off = self.backoff.active()
-        plan = plan_node(
-            node,
-            pods,
-            namespaces,
-            settings,
-            pod_level_resize=self.pod_level_resize(node),
-            backing_off=backing_off,
-            neighbours=neighbours,
-        )
+        plan = self._plan_view(view, settings, backing_off)
         self.on_plan(plan)
         # A backoff that expires must bring the node back by itself, not wait for an event.
         for pod in pods:
@@ -324,7 +324,7 @@ class Reconciler:
             if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
                 self._warned[pp.pod.key] = pp.warning
                 self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
-            if pp.pod.key in self._in_flight:
+            if in_flight and pp.pod.key in in_flight:
                 continue  # written; decided again once the watch brings it
             t = pp.target
             if t is None:
@@ -365,15 +365,7 @@ class Reconciler:
         settings = self.config.settings_for(view.node.labels)
         if settings.blocked is not None or settings.paused:
             return None, False
-        plan = plan_node(
-            view.node,
-            view.pods,
-            view.namespaces,
-            settings,
-            pod_level_resize=self.pod_level_resize(view.node),
-            backing_off=self.backoff.active(),
-            neighbours=view.neighbours,
-        )
+        plan = self._plan_view(view, settings, self.backoff.active())
         first = None
         for pp in plan.pods:
             t = pp.target
@@ -452,20 +444,20 @@ class Reconciler:
             self._annotate_released(plan, pod, pp.reason, note)
         return None
 
-    def _resize(self, node_name: str, cont: _Steps, result: Result) -> None:
+    def _resize(self, node_name: str, todo: _Steps, result: Result) -> None:
         """Write the pass's resizes in order until done, a failure that stops the node, or
         the node's budget runs out (the node's next turn decides the rest again)."""
-        plan = cont.plan
+        plan = todo.plan
         changes: list[str] = []
         backing_off = self.backoff.active()
         try:
-            while cont.steps:
-                pp = cont.steps[0]
+            while todo.steps:
+                pp = todo.steps[0]
                 pod = self.cache.pod(pp.pod.key)
                 if pod is None or pod.uid != pp.pod.uid or pod.key in backing_off or not pod.same_decision(pp.pod):
                     # Deleted, or changed since the decision: nothing to write now (a change
                     # requeued the node; a recompute decides again).
-                    cont.steps.pop(0)
+                    todo.steps.pop(0)
                     continue
                 if pod.original_limits is None and pp.pod.original_limits is not None:
                     pod = pp.pod  # our record is written; the watch has not brought it yet
@@ -474,13 +466,13 @@ class Reconciler:
                 try:
                     pod = self._record_first(pod, pp, plan.settings)
                     fitted = fit_quota(
-                        target, cont.neighbours, self.quota, plan.settings, pp.reason == elig.MANAGED, pod
+                        target, todo.neighbours, self.quota, plan.settings, pp.reason == elig.MANAGED, pod
                     )
                     if fitted is None:
                         # No raise worth making fits the quota now: a quota with more room
                         # requeues the namespace's nodes. Said once per pod, not per pass.
-                        self._held(pod, target, cont.neighbours)
-                        cont.steps.pop(0)
+                        self._held(pod, target, todo.neighbours)
+                        todo.steps.pop(0)
                         continue
                     target = fitted
                     try:
@@ -508,7 +500,7 @@ class Reconciler:
                     outcome = failed.outcome
                 if outcome.result != APPLIED:
                     self.quota.give_back(pod)
-                cont.steps.pop(0)
+                todo.steps.pop(0)
                 result.writes += 1
                 if outcome.result != GONE:
                     self.on_outcome(outcome.result, False)
