@@ -178,3 +178,32 @@ def test_status_annotations_are_one_lane_item_per_node_decided_when_sent():
     assert writer.lane.depth() == 1
     writer.drain_lane(cache)
     assert sorted(writer.annotations) == sorted(f"p{i}" for i in range(30))
+
+
+def test_backoffs_of_one_node_ending_a_pass_apart_end_together():
+    """Two pods refused a pass apart come back in one plan: the first one back is not sized
+    as if its still-backing-off neighbour were not there (a resize cut again moments later)."""
+    cache, _, raws = _cluster(2)
+    config = ConfigState()
+    config.update([{**CONFIG, "spec": {"maxMultiplier": 0}}], [])  # uncapped: the share shows
+    now = [1000.0]
+    backoff = PodBackoff(clock=lambda: now[0])
+    writer = RecordingWriter()
+    rec = Reconciler(cache, config, writer, backoff, lambda n: False, clock=lambda: now[0])
+    rec.reconcile("n1")
+    assert writer.written == {"p0": "8000m", "p1": "8000m"}  # 500m + half of 15 CPU each
+    _echo(cache, raws, writer, rv=100)
+    writer.resizes.clear()
+    backoff.add("team/p0")
+    now[0] += 0.6  # the neighbour's refusal is seen on the next pass
+    backoff.add("team/p1")
+    now[0] += 300 - 0.6 + 0.05  # p0's 300 s are over; p1's end in 0.55 s
+    rec.reconcile("n1")
+    # Alone, p0 would have been raised to 15500m and cut back to 8000m 0.55 s later.
+    assert backoff.active() == frozenset() and writer.resizes == []
+    # A backoff ending more than two debounce periods (2 s each) after a pass is kept whole.
+    backoff.add("team/p1")
+    now[0] += 300 - 4.5
+    rec.reconcile("n1")
+    assert backoff.active() == frozenset({"team/p1"})
+    assert writer.resizes == ["p0"] and writer.written["p0"] == "15500m"  # p1 is booked, not managed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import orjson
@@ -306,7 +306,7 @@ class Reconciler:
                         "CPULimitAdjustSkipped",
                         f"the kubelet refused the resize (Infeasible or Error); leaving the pod alone for {settings.backoff_seconds:.0f}s",
                     )
-        backing_off = self.backoff.active()
+        backing_off = self._come_back_together(pods, self.backoff.active())
         plan = self._plan_view(view, settings, backing_off)
         self.on_plan(plan)
         # A backoff that expires must bring the node back by itself, not wait for an event.
@@ -351,6 +351,29 @@ class Reconciler:
             self.writer.node_wave(node, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan))
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Steps(plan, steps, neighbours) if steps else None
+
+    def _come_back_together(self, pods: Iterable[Pod], backing_off: frozenset[str]) -> frozenset[str]:
+        """End the node's backoffs that would end within two debounce periods of this pass.
+
+        Pods refused in one wave are seen a pass or two apart, so their backoffs end that far
+        apart; planned in between, the first one back would get a share sized as if its
+        neighbour were not there (it is booked but not managed while it backs off), a resize
+        cut again a moment later. Ending a backoff a few seconds early brings them back in
+        one plan. A backoff shorter than twice the window is left whole, so that a pass right
+        after a refusal never ends the backoff it just began."""
+        if not backing_off:
+            return backing_off
+        window = 2 * self.config.base.debounce_seconds
+        if self.backoff.period <= 2 * window:
+            return backing_off
+        ended = []
+        for pod in pods:
+            if pod.key in backing_off:
+                left = self.backoff.remaining(pod.key)
+                if left is not None and left <= window:
+                    self.backoff.forget(pod.key)
+                    ended.append(pod.key)
+        return backing_off.difference(ended) if ended else backing_off
 
     def due_annotations(self, node_name: str) -> tuple[tuple[Pod, str, str] | None, bool]:
         """The next status annotation the node's pods need, decided afresh (the lane calls
