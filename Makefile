@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-matrix setup lint tools clean
+.PHONY: demo test test-matrix setup lint tools image clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,17 @@ NODE_FILES := /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox
 $(NODE_FILES):
 	apt-get install -y -qq $(NODE_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(NODE_DEBS) >/dev/null; }
 
-tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES)
+# mmdebstrap unpacks Debian's Python for the controller image (no container engine needed).
+MMDEBSTRAP := /usr/bin/mmdebstrap
+$(MMDEBSTRAP):
+	apt-get install -y -qq mmdebstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mmdebstrap >/dev/null; }
+
+tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP)
+
+# The controller image as an OCI archive (import it with `ctr images import`, or push it
+# with skopeo/crane); the Dockerfile describes the same image for those with Docker.
+image: setup $(MMDEBSTRAP)
+	$(BIN)/python -m headroom.testbed.controller_image .cache/image/kube-headroom.tar
 
 # The older Kubernetes releases pinned in tests/testenv (pin.sh); the newest is go.mod's.
 OLDER_K8S := v1.35.4 v1.36.3

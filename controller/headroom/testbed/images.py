@@ -2,8 +2,8 @@
 
 `ctr images import` reads an OCI image layout in a tar file (oci-layout, index.json,
 blobs/sha256/...). Each image here is one uncompressed layer made from files on this
-machine: a static pause binary, or Debian's static busybox with its applet links. The
-archive is reproducible: the same files give the same digest (fixed times, owners and
+machine: a static pause binary, Debian's static busybox with its applet links, or the
+controller's image (`controller_image`). The archive is reproducible: the same files give the same digest (fixed times, owners and
 order).
 
 Written by hand rather than with a library: no maintained Python package writes OCI
@@ -12,6 +12,7 @@ layouts, and the format is four JSON documents around a tar (the image-spec v1.1
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -27,12 +28,15 @@ LAYER = "application/vnd.oci.image.layer.v1.tar"
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One file of the layer: a regular file from `source`, or a symlink to `link`."""
+    """One file of the layer: a regular file from `source` (or `data`), a symlink to
+    `link`, or a directory (`directory`)."""
 
     path: str  # inside the image, without the leading slash
     source: Path | None = None
     link: str | None = None
     mode: int = 0o755
+    data: bytes | None = None
+    directory: bool = False
 
 
 def _layer(entries: Iterable[Entry]) -> bytes:
@@ -48,14 +52,19 @@ def _layer(entries: Iterable[Entry]) -> bytes:
                     info = tarfile.TarInfo(d)
                     info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
                     tar.addfile(info)
+            if e.directory and e.path in dirs:
+                continue
             info = tarfile.TarInfo(e.path)
             info.mtime, info.mode, info.uid, info.gid = 0, e.mode, 0, 0
-            if e.link is not None:
+            if e.directory:
+                dirs.add(e.path)
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif e.link is not None:
                 info.type, info.linkname = tarfile.SYMTYPE, e.link
                 tar.addfile(info)
             else:
-                assert e.source is not None
-                data = e.source.read_bytes()
+                data = e.data if e.data is not None else e.source.read_bytes()  # type: ignore[union-attr]
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
@@ -73,28 +82,42 @@ def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_image(out: Path, name: str, entries: Iterable[Entry], entrypoint: list[str] | None = None) -> str:
+def write_image(
+    out: Path,
+    name: str,
+    entries: Iterable[Entry],
+    entrypoint: list[str] | None = None,
+    config: dict[str, object] | None = None,
+    gzip_layer: bool = False,
+) -> str:
     """Write the image `name` (e.g. `headroom.local/pause:1`) as an OCI archive at `out`;
-    its manifest digest."""
+    its manifest digest. `config` is the image config's `config` (User, Env, Cmd …);
+    `gzip_layer` stores the layer compressed (a gzip header without a time: reproducible)."""
     layer = _layer(entries)
-    layer_digest = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = _json(
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    image_config = dict(config or {})
+    if entrypoint:
+        image_config["Entrypoint"] = entrypoint
+    config_blob = _json(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": entrypoint} if entrypoint else {},
-            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            "config": image_config,
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         }
     )
+    media = LAYER
+    if gzip_layer:
+        layer, media = gzip.compress(layer, compresslevel=9, mtime=0), LAYER + "+gzip"
     with tarfile.open(out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        config_digest = _blob(tar, config)
-        _blob(tar, layer)
+        config_digest = _blob(tar, config_blob)
+        layer_digest = _blob(tar, layer)
         manifest = _json(
             {
                 "schemaVersion": 2,
                 "mediaType": MANIFEST,
-                "config": {"mediaType": CONFIG, "digest": config_digest, "size": len(config)},
-                "layers": [{"mediaType": LAYER, "digest": layer_digest, "size": len(layer)}],
+                "config": {"mediaType": CONFIG, "digest": config_digest, "size": len(config_blob)},
+                "layers": [{"mediaType": media, "digest": layer_digest, "size": len(layer)}],
             }
         )
         manifest_digest = _blob(tar, manifest)

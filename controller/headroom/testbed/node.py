@@ -400,22 +400,28 @@ state = "{w / "state"}"
         write_image(images / "pause.tar", PAUSE_IMAGE, [Entry("pause", source=self.bin_dir / "pause")], ["/pause"])
         write_image(images / "busybox.tar", BUSYBOX_IMAGE, busybox_entries(BUSYBOX, applets))
         for tar in ("pause.tar", "busybox.tar"):
-            r = subprocess.run(
-                [
-                    str(self.bin_dir / "ctr"),
-                    "--address",
-                    str(self.socket),
-                    "-n",
-                    "k8s.io",
-                    "images",
-                    "import",
-                    str(images / tar),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if r.returncode != 0:
-                raise ControlPlaneError(f"ctr images import {tar}: {r.stderr.strip()}")
+            self.import_image(images / tar)
+
+    def container_log(self, pod: dict[str, Any], container: str) -> str:
+        """What the container wrote (stdout and stderr, in order), from the log file the
+        kubelet keeps in CRI format (`<time> <stream> <F|P> <text>`; P: a partial line).
+        This node's kubelet serves no log API: its node address is loopback, which the API
+        server does not dial."""
+        meta = pod["metadata"]
+        path = self.workdir / "pod-logs" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / container / "0.log"
+        out = []
+        for line in path.read_text().splitlines():
+            _, _, tag, text = [*line.split(" ", 3), ""][:4]
+            out.append(text if tag == "P" else text + "\n")
+        return "".join(out)
+
+    def import_image(self, archive: Path) -> None:
+        """Import an OCI image archive into the node's containerd (pods use it with
+        `imagePullPolicy: Never`)."""
+        ctr = [str(self.bin_dir / "ctr"), "--address", str(self.socket), "-n", "k8s.io"]
+        r = subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ControlPlaneError(f"ctr images import {archive.name}: {r.stderr.strip()}")
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process; kept across restarts
