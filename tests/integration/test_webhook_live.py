@@ -204,6 +204,46 @@ def test_the_controller_issues_and_rotates_its_certificate_without_failing_open(
             api.delete(secret)
 
 
+def test_off_cluster_the_controller_writes_its_own_certificate_files(
+    api, namespace, headroom_config, start_controller, make_node, tmp_path: Path
+):
+    """docs/install.md, "Run the controller from your workstation": a webhook configuration
+    that calls the controller by URL with no caBundle, a certificate directory that does not
+    exist yet, and no kubelet to mount the Secret: the controller issues the certificate,
+    writes it into the directory itself and serves it; a new pod gets its limit."""
+    make_node()
+    headroom_config()
+    certs = tmp_path / "headroom-certs"
+    port = free_port()
+    secret = "/api/v1/namespaces/default/secrets/headroom-webhook-tls"
+    with contextlib.suppress(ApiError):
+        api.delete(secret)
+    register(api, "headroom", port, None)
+    try:
+        c = start_controller(
+            "--lease-namespace", "default", "--webhook-port", str(port), "--webhook-cert-dir", str(certs),
+            "--webhook-secret", "headroom-webhook-tls", "--webhook-names", "127.0.0.1",
+            "--webhook-configuration", "headroom",
+        )  # fmt: skip
+        c.wait_for_log("webhook certificate written to the certificate directory", timeout=30)
+        c.wait_for_log("webhook serving", timeout=30)
+        deadline = time.monotonic() + 20
+        while not create(api, namespace, f"p-{int(time.monotonic() * 1000)}")[0]:
+            assert time.monotonic() < deadline, "no pod got its limit from the off-cluster webhook"
+            time.sleep(0.5)
+        stored = api.get(secret)["data"]
+        assert (certs / "tls.crt").read_bytes() == base64.b64decode(stored["tls.crt"])
+        assert (certs / "tls.key").read_bytes() == base64.b64decode(stored["tls.key"])
+        assert (certs / "tls.key").stat().st_mode & 0o777 == 0o600
+        served = hashlib.sha256(ssl.PEM_cert_to_DER_cert((certs / "tls.crt").read_text())).hexdigest()
+        assert _served_fingerprint(port) == served
+    finally:
+        with contextlib.suppress(ApiError):
+            api.delete(f"{WEBHOOK}/headroom")
+        with contextlib.suppress(ApiError):
+            api.delete(secret)
+
+
 def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_run_pool(
     api, namespace, headroom_config, webhook_controller, make_node, tmp_path: Path
 ):

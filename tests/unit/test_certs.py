@@ -110,3 +110,20 @@ def test_a_ca_appended_to_the_secret_never_reaches_the_cluster_scoped_bundle():
     assert x509.load_pem_x509_certificate(planted).fingerprint(SHA256()) not in {
         c.fingerprint(SHA256()) for c in objs.bundle()
     }
+
+
+def test_the_certificate_files_are_written_only_into_a_directory_of_the_controllers_own(tmp_path):
+    from headroom.engine.controller import own_cert_dir
+
+    objs = Objects()
+    m = manager(objs)
+    mine = own_cert_dir(tmp_path / "certs")  # created when missing
+    assert mine == tmp_path / "certs"
+    assert m.write_files(mine) is False and not (mine / "tls.crt").exists()  # no Secret yet: nothing
+    m.ensure()
+    assert m.write_files(mine) is True and m.write_files(mine) is False  # once, then only on a change
+    assert (mine / "tls.crt").read_bytes() == objs.served() and (mine / "tls.key").stat().st_mode & 0o777 == 0o600
+    # A Secret volume (the kubelet's `..data`) is the kubelet's to keep.
+    volume = tmp_path / "volume"
+    (volume / "..data").mkdir(parents=True)
+    assert own_cert_dir(volume) is None

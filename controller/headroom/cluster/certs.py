@@ -17,8 +17,11 @@ leader keeps one Secret (`tls.crt`, `tls.key`, `ca.crt`) and the webhook configu
   old certificate (the kubelet refreshes mounted Secrets with a delay) are trusted
   throughout: a rotation never makes the webhook fail open.
 
-Every replica serves whatever the mounted Secret holds and reloads it when it changes
-(webhook/server.py).
+Every replica serves whatever its certificate directory holds and reloads it when it
+changes (webhook/server.py). In a pod that directory is the Secret mounted read-only (the
+kubelet keeps it). When it is a writable directory of the controller's own, as when the
+controller runs off-cluster, the controller copies the Secret's `tls.crt` and `tls.key`
+into it itself (`write_files`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import base64
 import datetime
 import ipaddress
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -210,6 +215,33 @@ class CertManager:
             STRATEGIC_PATCH,
             {"fieldManager": "headroom"},
         )
+
+    def write_files(self, cert_dir: Path) -> bool:
+        """Copy the Secret's `tls.crt` and `tls.key` into `cert_dir` when they differ from
+        what is there (each file replaced whole; the key readable by the owner only); True
+        when something was written. False, writing nothing, while the Secret does not exist
+        or holds no usable certificate."""
+        data = self._read()
+        if not data or _issuer(data) is None:
+            return False
+        written = False
+        for name, mode in (("tls.key", 0o600), ("tls.crt", 0o644)):
+            path = cert_dir / name
+            try:
+                if path.read_bytes() == data[name]:
+                    continue
+            except OSError:
+                pass
+            tmp = cert_dir / f".{name}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data[name])
+            os.chmod(tmp, mode)
+            tmp.replace(path)
+            written = True
+        if written:
+            log.info("webhook certificate written to the certificate directory", extra={"dir": str(cert_dir)})
+        return written
 
     def ensure(self) -> bool:
         """Make the Secret and the caBundle right; True when a new certificate was issued."""

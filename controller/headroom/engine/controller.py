@@ -82,6 +82,19 @@ class Options:
     pod_metrics: bool = False  # export headroom_pod_limit_cores (a series per managed container)
 
 
+def own_cert_dir(cert_dir: Path) -> Path | None:
+    """`cert_dir` when the controller keeps its files itself: a writable directory that is
+    not a Secret volume (the kubelet's volumes hold `..data`; the chart mounts them
+    read-only). Created when missing and its parent is writable. None otherwise."""
+    try:
+        cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if (cert_dir / "..data").exists() or not os.access(cert_dir, os.W_OK):
+        return None
+    return cert_dir
+
+
 class Controller:
     def __init__(self, api: Api, options: Options | None = None) -> None:
         self.api = api
@@ -540,15 +553,25 @@ class Controller:
             list(o.webhook_names),
             str(o.webhook_configuration),
         )
-        wait = 0.0
+        files = own_cert_dir(Path(o.webhook_cert_dir)) if o.webhook_cert_dir else None
+        wait, copied_at = 0.0, -1e18
         while not self.stop.wait(wait):
             wait = o.webhook_cert_check
-            if not self.leading():
-                wait = 1.0
-                continue
             try:
-                self.writer.fence()
-                manager.ensure()
+                if self.leading():
+                    self.writer.fence()
+                    manager.ensure()
+                elif files is None or time.monotonic() - copied_at < o.webhook_cert_check:
+                    wait = 1.0
+                    continue
+                if files is not None:
+                    # A directory of the controller's own (off-cluster): no kubelet puts the
+                    # Secret there. Until it holds a certificate, look again every second.
+                    manager.write_files(files)
+                    if (files / "tls.crt").is_file():
+                        copied_at = time.monotonic()
+                    else:
+                        wait = 1.0
             except NotLeader:
                 continue
             except ApiError as exc:
