@@ -11,7 +11,11 @@ as it was found when it stops (also from `atexit`):
 - the CNI bridge (its own name) is deleted; IPAM state, containerd's root and state, the
   kubelet's root and the pod logs live in the node's work directory;
 - the kubelet's links in `/var/log/containers` are removed, and the directory, which the
-  kubelet always creates, too if it was not there.
+  kubelet always creates, too if it was not there;
+- the iptables chains the kubelet adds in both address families and never removes
+  (`KUBE-IPTABLES-HINT`, `KUBE-KUBELET-CANARY`, and `KUBE-FIREWALL` with its jumps from
+  INPUT and OUTPUT, which drops non-loopback packets to 127.0.0.0/8) are removed when the
+  last node of the process stops, those that were on the host before left alone.
 
 No registry is needed: images are OCI archives written locally (`testbed/images.py`) and
 imported with `ctr`; pods use `imagePullPolicy: Never`. Linux and root only, with a cgroup
@@ -30,9 +34,11 @@ import contextlib
 import itertools
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -52,6 +58,53 @@ RUNC = Path("/usr/sbin/runc")
 CNI_BIN = Path("/usr/lib/cni")
 BUSYBOX = Path("/bin/busybox")
 DEBIAN_PACKAGES = "runc containernetworking-plugins busybox-static"
+IPTABLES = ("iptables", "ip6tables")
+TABLES = ("mangle", "nat", "filter")
+_host_lock = threading.Lock()
+_nodes_running = 0
+_chains_before: set[tuple[str, str, str]] = set()
+
+
+def _kube_chains() -> set[tuple[str, str, str]]:
+    """(tool, table, chain) of every KUBE-* chain on the host."""
+    found = set()
+    for tool in IPTABLES:
+        for table in TABLES:
+            r = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True, text=True)
+            found |= {(tool, table, line[3:]) for line in r.stdout.splitlines() if line.startswith("-N KUBE-")}
+    return found
+
+
+def _remove_chains(chains: set[tuple[str, str, str]]) -> None:
+    """Each chain's jumps from other chains, then its rules, then the chain."""
+    for tool, table in {(tool, table) for tool, table, _ in chains}:
+        names = {chain for t, tb, chain in chains if (t, tb) == (tool, table)}
+        rules = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True, text=True).stdout
+        for line in rules.splitlines():
+            words = shlex.split(line)
+            if words[:1] == ["-A"] and words[1] not in names and set(words) & names:
+                subprocess.run([tool, "-w", "-t", table, "-D", *words[1:]], capture_output=True)
+        for flag in ("-F", "-X"):
+            for chain in sorted(names):
+                subprocess.run([tool, "-w", "-t", table, flag, chain], capture_output=True)
+
+
+def _node_started() -> None:
+    global _nodes_running, _chains_before
+    with _host_lock:
+        if _nodes_running == 0:
+            _chains_before = _kube_chains()
+        _nodes_running += 1
+
+
+def _node_stopped() -> None:
+    global _nodes_running
+    with _host_lock:
+        _nodes_running -= 1
+        if _nodes_running == 0:
+            _remove_chains(_kube_chains() - _chains_before)
+
+
 # Each node of this machine gets its own pod subnet (10.244.N.0/24) on its own bridge; the
 # bridges have no address and no route, so pods stay on this machine.
 _SUBNETS = itertools.count(77)
@@ -170,6 +223,7 @@ class RealNode:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
     _sysctls: dict[str, str] = field(default_factory=dict)
+    _counted: bool = False  # counted in _nodes_running
     _made_log_dir: bool = False
     _ports: tuple[int, int] = (0, 0)  # the kubelet's API and healthz ports, kept across restarts
     startup_seconds: float = 0.0
@@ -338,6 +392,8 @@ state = "{w / "state"}"
             raise ControlPlaneError(why)
         begin = time.monotonic()
         atexit.register(self.stop)
+        _node_started()
+        self._counted = True
         self._prepare_host()
         env = {**os.environ, "PATH": f"{self.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self._spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(self._containerd_config())], env)
@@ -476,7 +532,7 @@ state = "{w / "state"}"
 
     def stop(self) -> None:
         """Stop the kubelet, every pod's containers, then containerd; put the host back."""
-        if not self.procs and not self._sysctls:
+        if not self.procs and not self._sysctls and not self._counted:
             return
         if "kubelet" in self.procs:
             _stop(self.procs["kubelet"])
@@ -486,6 +542,9 @@ state = "{w / "state"}"
         self.procs.clear()
         self._unmount()
         self._restore_host()
+        if self._counted:
+            self._counted = False
+            _node_stopped()
         shutil.rmtree(self.workdir, ignore_errors=True)
         # The Node object goes too: nothing will renew its lease, and a node that stays behind
         # turns NotReady and draws the controller-manager's evictions and the scheduler's eye.

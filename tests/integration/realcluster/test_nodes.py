@@ -9,6 +9,7 @@ the system. Limits are asserted where the kernel applies them: each container's
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 
 from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
@@ -110,3 +111,24 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
     finally:
         if second_node.cpu_reserved != "1":
             second_node.restart_kubelet("1")
+
+
+def test_the_kubelets_iptables_chains_go_when_the_last_node_stops(monkeypatch, real_node):
+    """The kubelet adds KUBE-* chains (and jumps to them from INPUT and OUTPUT) and never
+    removes them. Counted as if no node ran yet: a chain that appears while nodes run goes,
+    with its jumps, when the last one stops; the running node's own chains, there before,
+    stay."""
+    from headroom.testbed import node as testbed_node
+
+    monkeypatch.setattr(testbed_node, "_nodes_running", 0)
+    monkeypatch.setattr(testbed_node, "_chains_before", testbed_node._chains_before)  # restored after
+    before = testbed_node._kube_chains()
+    assert ("iptables", "filter", "KUBE-KUBELET-CANARY") in before  # the running kubelet's
+    testbed_node._node_started()
+    chain = "KUBE-HEADROOM-TEST"
+    for args in (["-N", chain], ["-A", chain, "-j", "RETURN"], ["-A", "OUTPUT", "-d", "192.0.2.255/32", "-j", chain]):
+        subprocess.run(["iptables", "-w", "-t", "filter", *args], check=True)
+    testbed_node._node_stopped()
+    assert testbed_node._kube_chains() == before
+    rules = subprocess.run(["iptables", "-w", "-t", "filter", "-S", "OUTPUT"], capture_output=True, text=True).stdout
+    assert chain not in rules
