@@ -94,6 +94,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of --service-cluster-ip-range
+KUBERNETES_NAMES = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+
+
 @dataclass
 class ControlPlane:
     bin_dir: Path
@@ -105,6 +109,11 @@ class ControlPlane:
     # With the directory of tests/realnode/build.sh: kube-scheduler and kube-controller-manager
     # run too (pods are placed, Deployments make ReplicaSets make pods, quotas are counted).
     components_dir: Path | None = None
+    # The address pods reach the API server at (a real node's bridge gateway): the API
+    # server listens on every address, publishes it as the `kubernetes` Service's endpoint
+    # (kube-proxy routes the ClusterIP there), calls webhooks at their Services' endpoints,
+    # and mounts ServiceAccount tokens into pods. None: loopback only, no in-cluster clients.
+    pod_gateway: str | None = None
 
     @property
     def url(self) -> str:
@@ -120,7 +129,10 @@ class ControlPlane:
         w = self.workdir
         self.ca = CA()
         self.ca.write(self.ca_file)
-        serving_cert, serving_key = self.ca.issue(w, "apiserver", ["127.0.0.1", "localhost"])
+        names = ["127.0.0.1", "localhost"]
+        if self.pod_gateway:
+            names += [self.pod_gateway, KUBERNETES_SERVICE_IP, *KUBERNETES_NAMES]
+        serving_cert, serving_key = self.ca.issue(w, "apiserver", names)
         sa_private, sa_public = signing_key(w)
         self.sa_private = sa_private
         # The API server's own identity towards kubelets (logs, exec), for a real node.
@@ -150,11 +162,22 @@ class ControlPlane:
             [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # The "kubernetes" Service endpoints would need a non-loopback address; no
-                # in-cluster client exists here, so skip maintaining them.
-                "--endpoint-reconciler-type=none",
+                *(
+                    [
+                        "--bind-address=127.0.0.1",
+                        "--advertise-address=127.0.0.1",
+                        # The "kubernetes" Service endpoints would need a non-loopback
+                        # address; no in-cluster client exists here, so skip them.
+                        "--endpoint-reconciler-type=none",
+                    ]
+                    if self.pod_gateway is None
+                    else [
+                        "--bind-address=0.0.0.0",
+                        f"--advertise-address={self.pod_gateway}",
+                        "--endpoint-reconciler-type=lease",
+                        "--enable-aggregator-routing=true",
+                    ]
+                ),
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={serving_cert}",
                 f"--tls-private-key-file={serving_key}",
@@ -173,7 +196,7 @@ class ControlPlane:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
                 # No controller-manager creates the default ServiceAccount in test namespaces.
-                "--disable-admission-plugins=ServiceAccount",
+                *(["--disable-admission-plugins=ServiceAccount"] if self.pod_gateway is None else []),
                 "--v=1",
                 *self.extra_args,
             ],

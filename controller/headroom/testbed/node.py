@@ -220,6 +220,9 @@ class RealNode:
     cpu_reserved: str = "0"  # systemReserved cpu: allocatable is the machine's CPUs less this
     labels: dict[str, str] = field(default_factory=dict)  # the kubelet's --node-labels
     subnet: str = field(default_factory=lambda: f"10.244.{next(_SUBNETS)}.0/24")
+    # Pods reach Services: the bridge is their gateway and kube-proxy (nftables mode) runs.
+    # The control plane's `pod_gateway` must be this node's `gateway`.
+    service_network: bool = False
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
     _sysctls: dict[str, str] = field(default_factory=dict)
@@ -290,7 +293,10 @@ class RealNode:
                         {
                             "type": "bridge",
                             "bridge": self.bridge,
-                            "isGateway": False,
+                            # With a Service network: the host side of the bridge is the
+                            # pods' gateway (the API server's address for them, via kube-proxy).
+                            "isGateway": self.service_network,
+                            "isDefaultGateway": self.service_network,
                             "ipMasq": False,
                             "ipam": {
                                 "type": "host-local",
@@ -402,8 +408,37 @@ state = "{w / "state"}"
         self._kubeconfig()
         self._ports = (free_port(), free_port())
         self._start_kubelet(env, timeout)
+        if self.service_network:
+            self._start_kube_proxy(env)
         self.startup_seconds = time.monotonic() - begin
         return self
+
+    @property
+    def gateway(self) -> str:
+        """The host's address on the node's bridge (with `service_network`)."""
+        return self.subnet.rsplit(".", 1)[0] + ".1"
+
+    def _start_kube_proxy(self, env: dict[str, str]) -> None:
+        """kube-proxy in nftables mode (its own `kube-proxy` tables, deleted at stop), told
+        to leave the host's conntrack sysctls alone."""
+        kubeconfig = self.control_plane.component_kubeconfig("system:kube-proxy")
+        self._spawn(
+            "kube-proxy",
+            [
+                str(self.bin_dir / "kube-proxy"),
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={self.name}",
+                "--proxy-mode=nftables",
+                "--cluster-cidr=10.244.0.0/16",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0s",
+                "--conntrack-tcp-timeout-close-wait=0s",
+                "--v=2",
+            ],
+            env,
+        )
 
     def _start_kubelet(self, env: dict[str, str], timeout: float) -> None:
         argv = [
@@ -541,6 +576,9 @@ state = "{w / "state"}"
             _stop(p)
         self.procs.clear()
         self._unmount()
+        if self.service_network:
+            for family in ("ip", "ip6"):
+                subprocess.run(["nft", "delete", "table", family, "kube-proxy"], capture_output=True)
         self._restore_host()
         if self._counted:
             self._counted = False
