@@ -95,7 +95,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of --service-cluster-ip-range
-KUBERNETES_NAMES = ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+KUBERNETES_NAMES = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+]
 
 
 @dataclass
