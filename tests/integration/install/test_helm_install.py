@@ -13,6 +13,9 @@ API server on the host reaches the webhook pod's address over the bridge).
 from __future__ import annotations
 
 import base64
+import datetime
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -158,3 +161,98 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     assert cgroup is not None
     _wait("the cgroup quota", lambda: int((cgroup / "cpu.cfs_quota_us").read_text()) == 100_000, timeout=15)
     print(f"\nhelm install --wait: {installed:.1f}s; leader {leader}")
+
+
+def _renewed(api: Api) -> datetime.datetime:
+    renew = api.get(LEASE)["spec"].get("renewTime") or "1970-01-01T00:00:00.000000Z"
+    return datetime.datetime.fromisoformat(renew.replace("Z", "+00:00"))
+
+
+def _generation(api: Api, ns: str, name: str) -> int:
+    return int(api.get(pod_path(ns, name))["metadata"]["generation"])  # one more per resize
+
+
+def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_they_need_not(
+    cluster: Cluster,
+) -> None:
+    """Continues from the install above: the pod `app` in `team` holds its fair limit."""
+    api = cluster.api
+    assert _limit(api, "team", "app") == 1000
+    written = _generation(api, "team", "app")
+    # The leader's container killed (SIGKILL to its processes, as an OOM kill or a crash
+    # does: no graceful Lease release). The kubelet restarts it within a second or two; the
+    # Lease names the pod, so whichever of the restarted container and the standby renews it
+    # first leads, and no one writes in between (the dead process cannot).
+    leader = cluster.leader()
+    pod = api.get(pod_path(NS, leader))
+    cgroup = cluster.node.container_cgroup(pod["status"]["containerStatuses"][0]["containerID"])
+    assert cgroup is not None
+    killed_at, killed = datetime.datetime.now(datetime.UTC), time.monotonic()
+    for pid in (cgroup / "cgroup.procs").read_text().split():
+        os.kill(int(pid), signal.SIGKILL)
+    _wait("the Lease renewed after the kill", lambda: _renewed(api) > killed_at, timeout=60)
+    crash_takeover = time.monotonic() - killed
+    assert crash_takeover < 15 + 2 + 5
+    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    # The leader pod deleted (what a node drain or `kubectl delete pod` does): it lets the
+    # Lease go on SIGTERM and the standby takes over at once.
+    leader = cluster.leader()
+    deleted = time.monotonic()
+    cluster.run(KUBECTL, "delete", "pod", "-n", NS, leader, "--wait=false")
+    new_leader = _wait("a new leader", lambda: (holder := cluster.leader()) != leader and holder, timeout=60)
+    takeover = time.monotonic() - deleted
+    assert takeover < 15 + 2 + 5 and new_leader in cluster.ready()
+    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    # A new pod during all this still gets its limits; the converged one is not written again.
+    cluster.run(
+        KUBECTL, "run", "second", "-n", "team", "--image=headroom.local/busybox:1", "--image-pull-policy=Never",
+        "--overrides",
+        '{"spec":{"terminationGracePeriodSeconds":0,"containers":[{"name":"second","image":"headroom.local/busybox:1",'
+        '"imagePullPolicy":"Never","command":["sleep","36000"],'
+        '"resources":{"requests":{"cpu":"100m","memory":"16Mi"},"limits":{"memory":"64Mi"}}}]}}',
+    )  # fmt: skip
+    # Two managed pods of 100m share the slack of 2 CPUs less four requests of 100m (the two
+    # controller replicas and themselves): 100m + 800m each.
+    _wait(
+        "both at their fair share",
+        lambda: _limit(api, "team", "app") == _limit(api, "team", "second") == 900,
+        timeout=60,
+    )
+    shared = {name: _generation(api, "team", name) for name in ("app", "second")}
+    assert shared["app"] == written + 1  # the one cut the second pod asked for, from one writer
+    # helm upgrade to a changed value: a rolling update. The new replicas book CPU on the
+    # node before the old ones go (maxSurge), so the neighbours' shares shrink and come back:
+    # a resize per booking change the deadband lets through, at most four (two arrivals, two
+    # departures), no limit lost, and the same limits once it has settled.
+    cluster.run(HELM, "upgrade", "headroom", str(CHART), "-n", NS, "--reuse-values", "--set", "logLevel=debug",
+                "--wait", "--timeout", "180s")  # fmt: skip
+    _wait("the upgraded replicas Ready", lambda: len(cluster.ready()) == 2)
+    _wait("the limits back", lambda: _limit(api, "team", "app") == _limit(api, "team", "second") == 900)
+    upgraded = {name: _generation(api, "team", name) for name in ("app", "second")}
+    during = {name: upgraded[name] - shared[name] for name in shared}
+    assert all(n <= 4 for n in during.values()), during
+    # helm uninstall: the pods keep their limits; what stays is what the controller and the
+    # user made (CRDs, the HeadroomConfig, the webhook Secret and the Lease in the release
+    # namespace), nothing of the release.
+    cluster.run(HELM, "uninstall", "headroom", "-n", NS, "--wait", "--timeout", "120s")
+    _wait(
+        "the controller pods gone",
+        lambda: not cluster.api.get(f"/api/v1/namespaces/{NS}/pods")["items"],
+        timeout=60,
+    )
+    assert _limit(api, "team", "app") == _limit(api, "team", "second") == 900
+    left = cluster.run(KUBECTL, "get", "all,mutatingwebhookconfigurations,secrets,leases", "-n", NS, "-o", "name")
+    assert sorted(left.split()) == ["lease.coordination.k8s.io/headroom", "secret/headroom-webhook-tls"], left
+    assert cluster.run(KUBECTL, "get", "headroomconfig", "cluster", "-o", "name").strip()
+    # Reinstalled: it finds everything at its target and writes no resize.
+    cluster.run(
+        HELM, "install", "headroom", str(CHART), "--namespace", NS,
+        "--set", "image.repository=headroom.local/kube-headroom", "--set", "image.pullPolicy=Never",
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    _wait("a leader after the reinstall", lambda: cluster.leader() in cluster.ready())
+    time.sleep(3)
+    assert {name: _generation(api, "team", name) for name in ("app", "second")} == upgraded
+    print(f"\nresizes of each neighbour during the upgrade: {during}")
+    print(f"leader's container killed: the Lease renewed {crash_takeover:.1f}s later")
+    print(f"leader pod deleted: {new_leader} leads {takeover:.1f}s later")
