@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
 import os
 import signal
 import subprocess
@@ -101,6 +102,26 @@ def _wait(what: str, check: Any, timeout: float = 90) -> Any:
     return value
 
 
+def _kubectl_run(cluster: Cluster, name: str, *args: str) -> str:
+    """`kubectl run` of a sleeping pod in `team` requesting 100m CPU and no CPU limit."""
+    spec = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": name,
+                "image": "headroom.local/busybox:1",
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "36000"],
+                "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+            }
+        ],
+    }
+    return cluster.run(
+        KUBECTL, "run", name, "-n", "team", "--image=headroom.local/busybox:1", "--image-pull-policy=Never",
+        "--overrides", json.dumps({"spec": spec}), *args,
+    )  # fmt: skip
+
+
 def _limit(api: Api, ns: str, name: str) -> int:
     limits = api.get(pod_path(ns, name))["spec"]["containers"][0]["resources"].get("limits") or {}
     return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
@@ -137,14 +158,7 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     _wait("both replicas serving the webhook", cluster.serving)
     # A pod the scheduler places: its limit at admission comes from the webhook, called by
     # the API server through the Service; then the controller in its pod gives the fair one.
-    created = cluster.run(
-        KUBECTL, "run", "app", "-n", "team", "--image=headroom.local/busybox:1", "--image-pull-policy=Never",
-        "--overrides",
-        '{"spec":{"terminationGracePeriodSeconds":0,"containers":[{"name":"app","image":"headroom.local/busybox:1",'
-        '"imagePullPolicy":"Never","command":["sleep","36000"],'
-        '"resources":{"requests":{"cpu":"100m","memory":"16Mi"},"limits":{"memory":"64Mi"}}}]}}',
-        "-o", "jsonpath={.spec.containers[0].resources.limits.cpu}",
-    )  # fmt: skip
+    created = _kubectl_run(cluster, "app", "-o", "jsonpath={.spec.containers[0].resources.limits.cpu}")
     assert cpu_milli(created) == 200  # request × webhook.initialMultiplier (2)
     # The node has 2 CPUs; the two controller pods and this one book 100m each: the pod
     # alone is managed, so its limit is its request times maxMultiplier (10): 1 CPU.
@@ -204,13 +218,7 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     assert takeover < 15 + 2 + 5 and new_leader in cluster.ready()
     _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
     # A new pod during all this still gets its limits; the converged one is not written again.
-    cluster.run(
-        KUBECTL, "run", "second", "-n", "team", "--image=headroom.local/busybox:1", "--image-pull-policy=Never",
-        "--overrides",
-        '{"spec":{"terminationGracePeriodSeconds":0,"containers":[{"name":"second","image":"headroom.local/busybox:1",'
-        '"imagePullPolicy":"Never","command":["sleep","36000"],'
-        '"resources":{"requests":{"cpu":"100m","memory":"16Mi"},"limits":{"memory":"64Mi"}}}]}}',
-    )  # fmt: skip
+    _kubectl_run(cluster, "second")
     # Two managed pods of 100m share the slack of 2 CPUs less four requests of 100m (the two
     # controller replicas and themselves): 100m + 800m each.
     _wait(
