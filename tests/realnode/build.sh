@@ -34,5 +34,5 @@ start=$(date +%s)
   github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2) >&2
 echo "$stamp" > "$out/stamp"
-echo "built the real node's kubelet, scheduler, controller-manager ($version), containerd and pause in $(( $(date +%s) - start ))s into $out" >&2
+echo "built the real node's kubelet, scheduler, controller-manager, kube-proxy ($version), containerd and pause in $(( $(date +%s) - start ))s into $out" >&2
 echo "$out"
