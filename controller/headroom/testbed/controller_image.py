@@ -148,34 +148,27 @@ def _tree(root: Path, prefix: str = "") -> list[Entry]:
     return entries
 
 
-def _version(repo: Path) -> str:
-    for line in (repo / "pyproject.toml").read_text().splitlines():
-        if line.startswith("version = "):
-            return line.split('"')[1]
-    raise ImageBuildError("pyproject.toml has no version")
-
-
-def build(out: Path, repo: Path, work: Path | None = None) -> BuiltImage:
+def build(out: Path, repo: Path) -> BuiltImage:
     """Build the image from the checkout at `repo` into the OCI archive `out`."""
     if shutil.which("mmdebstrap") is None:
         raise ImageBuildError("mmdebstrap is not installed (Debian package mmdebstrap; `make image` installs it)")
-    own_work = work is None
-    work = Path(tempfile.mkdtemp(prefix="headroom-image-")) if work is None else work
+    work = Path(tempfile.mkdtemp(prefix="headroom-image-"))
     try:
         rootfs, wheels, site = work / "rootfs", work / "wheel", work / "site"
-        for d in (rootfs, wheels, site):
-            shutil.rmtree(d, ignore_errors=True)
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
         _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(repo)], "building the wheel")
         wheel = next(wheels.glob("*.whl"))
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         target = ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--target", str(site)]
         _run([*pip, "install", "--no-compile", "--only-binary=:all:", *platforms, *target, str(wheel)], "installing")
+        # Not inputs, so not in the image: `direct_url.json` names the build directory, and
+        # pip's scripts in bin/ (left out) name the Python that ran pip. RECORD lists neither.
         for direct_url in site.glob("*.dist-info/direct_url.json"):
-            direct_url.unlink()  # names the build directory, which is not an input
-            record = direct_url.parent / "RECORD"
+            direct_url.unlink()
+        for record in site.glob("*.dist-info/RECORD"):
             lines = record.read_text().splitlines(keepends=True)
-            record.write_text("".join(line for line in lines if "/direct_url.json," not in line))
+            kept = [line for line in lines if not line.startswith("../../bin/") and "/direct_url.json," not in line]
+            record.write_text("".join(kept))
         include = f"--include={','.join(DEBIAN_PACKAGES)}"
         _run(["mmdebstrap", "--quiet", "--variant=extract", "--mode=root", include, SUITE, str(rootfs)], "mmdebstrap")
         if not (rootfs / PYTHON.lstrip("/")).exists():
@@ -195,7 +188,7 @@ def build(out: Path, repo: Path, work: Path | None = None) -> BuiltImage:
             Entry("tmp", directory=True, mode=0o1777),
         ]
         unique = list({e.path: e for e in entries}.values())  # ours last: they win
-        version = _version(repo)
+        version = wheel.name.split("-")[1]  # kube_headroom-<version>-py3-none-any.whl
         name = f"headroom.local/kube-headroom:{version}"
         config = {
             **CONFIG,
@@ -216,8 +209,7 @@ def build(out: Path, repo: Path, work: Path | None = None) -> BuiltImage:
             space["/".join(parts[:6] if e.path.startswith(SITE) else parts[:-1][:3])] += size
         return BuiltImage(out, name, digest, out.stat().st_size, total, space.most_common(8))
     finally:
-        if own_work:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
