@@ -213,26 +213,23 @@ def bind_controller(api: Api) -> str:
     return CONTROLLER_TOKEN
 
 
-def install_vpa_crd(api: Api) -> str:
-    """The published VerticalPodAutoscaler CRD (pinned in tests/vpa/go.mod), installed and
-    served; its name."""
+def install_published_crd(api: Api, module: str, manifest: str, name: str) -> str:
+    """A CRD another project publishes (its module pinned in tests/crds-published/go.mod),
+    read from `manifest` in the module, installed and served; its name."""
     import json
     import subprocess
 
     from ruamel.yaml import YAML
 
-    here = Path(__file__).resolve().parent / "vpa"
     found = subprocess.run(
-        ["go", "mod", "download", "-json", "k8s.io/autoscaler/vertical-pod-autoscaler"],
-        cwd=here,
+        ["go", "mod", "download", "-json", module],
+        cwd=Path(__file__).resolve().parent / "crds-published",
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "GOFLAGS": "-mod=mod"},
     )
-    manifest = Path(json.loads(found.stdout)["Dir"]) / "deploy" / "vpa-v1-crd-gen.yaml"
-    name = "verticalpodautoscalers.autoscaling.k8s.io"
-    for doc in YAML(typ="safe").load_all(manifest.read_text()):
+    for doc in YAML(typ="safe").load_all((Path(json.loads(found.stdout)["Dir"]) / manifest).read_text()):
         if doc and doc.get("kind") == "CustomResourceDefinition" and doc["metadata"]["name"] == name:
             api.apply(doc, "headroom-tests")
     deadline = time.monotonic() + 30
@@ -243,6 +240,29 @@ def install_vpa_crd(api: Api) -> str:
             return name
         assert time.monotonic() < deadline, f"{name} not Established: {conds}"
         time.sleep(0.2)
+
+
+def install_vpa_crd(api: Api) -> str:
+    """The published VerticalPodAutoscaler CRD, installed and served."""
+    return install_published_crd(
+        api,
+        "k8s.io/autoscaler/vertical-pod-autoscaler",
+        "deploy/vpa-v1-crd-gen.yaml",
+        "verticalpodautoscalers.autoscaling.k8s.io",
+    )
+
+
+def install_prometheus_operator_crds(api: Api) -> list[str]:
+    """The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, as it publishes them."""
+    return [
+        install_published_crd(
+            api,
+            "github.com/prometheus-operator/prometheus-operator",
+            f"example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml",
+            f"{plural}.monitoring.coreos.com",
+        )
+        for plural in ("servicemonitors", "prometheusrules")
+    ]
 
 
 def vpa(api: Api, ns: str, name: str, target: str, kind: str = "Deployment", **policy: Any) -> None:

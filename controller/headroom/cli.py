@@ -229,9 +229,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         api = Api(connect(args.kubeconfig, args.context))
         findings = []
-        for finding in checks(
-            api, args.lease_namespace, args.webhook_configuration or None, args.lease_name, _own_namespace()
-        ):
+        for finding in checks(api, args.lease_namespace, args.webhook_configuration, args.lease_name, _own_namespace()):
             print(finding)
             findings.append(finding)
     except ApiError as exc:
@@ -429,8 +427,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--webhook-configuration",
-        default="headroom",
-        help="the MutatingWebhookConfiguration to check end to end (the chart's release name; '' skips it)",
+        help="the MutatingWebhookConfiguration to check end to end (default: the one labelled with the chart's "
+        "release, else headroom; '' skips it)",
     )
     p.set_defaults(func=cmd_doctor)
 

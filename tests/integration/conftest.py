@@ -262,5 +262,5 @@ def proxy(control_plane: ControlPlane) -> Iterator[tuple[FaultProxy, Path]]:
 
 @pytest.fixture(scope="session")
 def vpa_crd(api: Api) -> str:
-    """The published VerticalPodAutoscaler CRD (pinned in tests/vpa/go.mod), installed and served."""
+    """The published VerticalPodAutoscaler CRD (pinned in tests/crds-published/go.mod), installed and served."""
     return install_vpa_crd(api)

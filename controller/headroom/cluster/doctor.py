@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from ..core import keys
 from ..core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed, opt_in_near_miss
@@ -64,9 +65,86 @@ def _unreadable(check: str, what: str) -> Finding:
     return Finding(WARN, check, f"not checked: this identity may not list {what}; run doctor as a cluster admin")
 
 
-def webhook_checks(api: Api, name: str, managed: list[str], dry_run: bool) -> Iterator[Finding]:
-    """The webhook end to end: its configuration exists, its caBundle trusts the CA of the
-    Secret the controller keeps, and a dry-run pod create comes back with a CPU limit —
+def _endpoint_checks(api: Api, name: str, namespace: str, svc: str) -> Iterator[Finding]:
+    """The Service the API server calls has somewhere to send the call."""
+    try:
+        api.get(f"/api/v1/namespaces/{namespace}/services/{svc}")
+        slices = api.get(
+            f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+            {"labelSelector": f"kubernetes.io/service-name={svc}"},
+        ).get("items")
+    except ApiError as exc:
+        if exc.status == 404:
+            yield Finding(
+                FAIL,
+                "webhook",
+                f"{name} calls Service {namespace}/{svc}, which does not exist: new pods get no limit at creation",
+            )
+            return
+        if exc.status in (401, 403):
+            yield _unreadable("webhook", f"services and endpointslices in {namespace}")
+            return
+        raise
+    ready = {
+        address
+        for s in slices or []
+        for e in s.get("endpoints") or []
+        if (e.get("conditions") or {}).get("ready") is not False  # unset means ready
+        for address in e.get("addresses") or []
+    }
+    if ready:
+        yield Finding(OK, "webhook", f"Service {namespace}/{svc} has {len(ready)} ready endpoint(s)")
+    else:
+        yield Finding(
+            FAIL,
+            "webhook",
+            f"Service {namespace}/{svc} has no ready endpoints: the API server cannot call the webhook, so new "
+            "pods get no limit at creation (it fails open); check that the Service's selector matches the "
+            f"controller's pods and that they are Ready (kubectl get endpointslices,pods -n {namespace})",
+        )
+
+
+def _trust_checks(api: Api, name: str, bundle: bytes, namespace: str, secret: str) -> Iterator[Finding]:
+    """The caBundle holds the CA that signed the certificate the webhook serves (the one
+    in the Secret its pods mount)."""
+    try:
+        served = base64.b64decode(
+            (api.get(f"/api/v1/namespaces/{namespace}/secrets/{secret}").get("data") or {}).get("tls.crt") or ""
+        )
+        cert = x509.load_pem_x509_certificate(served) if served else None
+        cas = x509.load_pem_x509_certificates(bundle) if bundle else []
+    except ApiError as exc:
+        if exc.status in (401, 403, 404):
+            return  # unreadable to this identity, or not issued yet (the dry-run create below tells)
+        raise
+    except ValueError:
+        cert, cas = None, []
+    if cert is None:
+        return
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        yield Finding(
+            OK, "webhook", f"{name}'s caBundle trusts the certificate the webhook serves (Secret {namespace}/{secret})"
+        )
+        return
+    yield Finding(
+        FAIL,
+        "webhook",
+        f"{name}'s caBundle does not trust the certificate the webhook serves (Secret {namespace}/{secret}): the "
+        "API server's calls fail TLS, so new pods get no limit at creation (it fails open); the controller's "
+        "leader puts its CA back at its next certificate check, or at once when restarted",
+    )
+
+
+def webhook_checks(
+    api: Api, name: str, managed: list[str], dry_run: bool, secret: str | None = None, configured: bool = True
+) -> Iterator[Finding]:
+    """The webhook end to end: its configuration exists, its Service has ready endpoints,
+    its caBundle trusts the certificate the webhook serves (the Secret the controller keeps,
+    `secret`, else `<service>-webhook-tls`), and a dry-run pod create comes back with a CPU limit —
     the only way to see from outside that the API server reaches it and trusts it
     (`failurePolicy: Ignore` makes every failure silent)."""
     try:
@@ -88,28 +166,14 @@ def webhook_checks(api: Api, name: str, managed: list[str], dry_run: bool) -> It
     bundle = base64.b64decode((hook.get("clientConfig") or {}).get("caBundle") or "")
     service = (hook.get("clientConfig") or {}).get("service") or {}
     if service:
-        try:
-            secret = api.get(f"/api/v1/namespaces/{service.get('namespace')}/secrets/{service.get('name')}-webhook-tls")
-            served_ca = base64.b64decode((secret.get("data") or {}).get("ca.crt") or "")
-            missing = (
-                [
-                    c
-                    for c in x509.load_pem_x509_certificates(served_ca)
-                    if c not in x509.load_pem_x509_certificates(bundle or served_ca)
-                ]
-                if served_ca
-                else []
-            )
-            if not bundle or missing:
-                yield Finding(
-                    FAIL,
-                    "webhook",
-                    f"{name}'s caBundle does not trust the CA of the certificate the webhook serves: it fails open; restart the controller's leader or check its log",
-                )
-        except (ApiError, ValueError):
-            pass  # the Secret is unreadable to this identity, or cert-manager keeps it
+        namespace, svc = str(service.get("namespace")), str(service.get("name"))
+        yield from _endpoint_checks(api, name, namespace, svc)
+        yield from _trust_checks(api, name, bundle, namespace, secret or f"{svc}-webhook-tls")
     if not managed:
         yield Finding(WARN, "webhook", "not tried: no managed namespace to create a dry-run pod in")
+        return
+    if not configured:
+        yield Finding(INFO, "webhook", "not tried: with no HeadroomConfig the webhook gives no pod a limit, by design")
         return
     if dry_run:
         yield Finding(
@@ -178,24 +242,61 @@ def _flag(args: list[Any], name: str) -> str | None:
     return None
 
 
-def find_install(api: Api) -> tuple[str, str | None] | None:
-    """Where the chart runs the controller: (namespace, Lease name) from its Deployment's
-    own `--lease-namespace`/`--lease-name`, found by the chart's label in any namespace.
-    None when there is none, or the identity may not list Deployments cluster-wide."""
+@dataclass(frozen=True, slots=True)
+class Install:
+    """A release of the chart, found by its labels: where its controller runs and leads,
+    and the webhook configuration and Secret that belong to it."""
+
+    namespace: str
+    deployment: str
+    instance: str
+    lease_name: str | None
+    webhook_configuration: str | None
+    webhook_secret: str | None
+    others: tuple[str, ...] = ()  # more releases found (namespace/deployment)
+
+
+def find_install(api: Api) -> Install | None:
+    """The chart's Deployment in any namespace, by the chart's label, and what its
+    controller's own flags (`--lease-namespace`, `--lease-name`, `--webhook-secret`) and
+    the release's label on the MutatingWebhookConfiguration say. None when there is none,
+    or this identity may not list Deployments cluster-wide."""
     try:
         deps = api.get("/apis/apps/v1/deployments", {"labelSelector": CHART_LABEL}).get("items") or []
     except ApiError as exc:
         if exc.status in (401, 403):
             return None
         raise
-    for d in sorted(deps, key=lambda d: (d["metadata"].get("namespace", ""), d["metadata"]["name"])):
-        namespace = d["metadata"].get("namespace") or "default"
-        for c in ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
-            args = [*(c.get("command") or []), *(c.get("args") or [])]
-            if "run" in args:
-                return _flag(args, "lease-namespace") or namespace, _flag(args, "lease-name")
-        return namespace, None
-    return None
+    if not deps:
+        return None
+    deps = sorted(deps, key=lambda d: (d["metadata"].get("namespace", ""), d["metadata"]["name"]))
+    d = deps[0]
+    namespace = d["metadata"].get("namespace") or "default"
+    instance = (d["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") or d["metadata"]["name"]
+    args: list[Any] = []
+    for c in ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+        if "run" in (found := [*(c.get("command") or []), *(c.get("args") or [])]):
+            args = found
+            break
+    webhook = None
+    try:
+        mwcs = api.get(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            {"labelSelector": f"{CHART_LABEL},app.kubernetes.io/instance={instance}"},
+        ).get("items")
+        webhook = sorted(m["metadata"]["name"] for m in mwcs or [])[0] if mwcs else None
+    except ApiError as exc:
+        if exc.status not in (401, 403):
+            raise
+    return Install(
+        namespace=_flag(args, "lease-namespace") or namespace,
+        deployment=d["metadata"]["name"],
+        instance=instance,
+        lease_name=_flag(args, "lease-name"),
+        webhook_configuration=webhook,
+        webhook_secret=_flag(args, "webhook-secret"),
+        others=tuple(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in deps[1:]),
+    )
 
 
 def config_check(api: Api) -> Iterator[Finding]:
@@ -251,6 +352,13 @@ def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Itera
                 "controller",
                 f"Deployment {namespace}/{name} has 0 of {want} replicas ready: nothing is reconciled",
             )
+        elif ready < want:
+            yield Finding(
+                WARN,
+                "controller",
+                f"Deployment {namespace}/{name} has {ready} of {want} replicas ready: a standby is missing "
+                f"(kubectl describe pods -n {namespace} -l app.kubernetes.io/name=kube-headroom)",
+            )
         else:
             yield Finding(OK, "controller", f"Deployment {namespace}/{name}: {ready} of {want} replicas ready")
     names = [lease_name] if lease_name else [*instances, "kube-headroom"]
@@ -287,19 +395,32 @@ def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Itera
 def checks(
     api: Api,
     lease_namespace: str | None = "default",
-    webhook: str | None = "headroom",
+    webhook: str | None = None,
     lease_name: str | None = None,
     fallback_namespace: str = "default",
 ) -> Iterator[Finding]:
-    """Every finding, most important first. With `lease_namespace` None, the controller's
-    namespace and Lease are found from the chart's Deployment (else `fallback_namespace`)."""
-    yield from config_check(api)
+    """Every finding, most important first. The chart's release is found by its labels:
+    with `lease_namespace` None, the controller's namespace and Lease come from its
+    Deployment (else `fallback_namespace`); with `webhook` None, the webhook configuration
+    is the release's ('' skips the webhook)."""
+    config = list(config_check(api))
+    yield from config
+    install = find_install(api) if lease_namespace is None or webhook is None else None
+    if install is not None:
+        also = f" (also found: {', '.join(install.others)}; pick one with --lease-namespace)" if install.others else ""
+        yield Finding(
+            WARN if install.others else OK,
+            "install",
+            f"release {install.instance}: Deployment {install.namespace}/{install.deployment}, "
+            f"webhook configuration {install.webhook_configuration or 'none'}{also}",
+        )
     if lease_namespace is None:
-        found = find_install(api)
-        if found is not None:
-            lease_namespace, lease_name = found[0], lease_name or found[1]
+        if install is not None:
+            lease_namespace, lease_name = install.namespace, lease_name or install.lease_name
         else:
             lease_namespace = fallback_namespace
+    if webhook is None:
+        webhook = (install.webhook_configuration or install.instance) if install is not None else "headroom"
     facts = discover(api)
     version = facts.version
     if version is None or version < (1, 35):
@@ -409,7 +530,14 @@ def checks(
             f"({', '.join(pods[:3])}); `headroom explain` says which rule",
         )
     if webhook:
-        yield from webhook_checks(api, webhook, sorted(managed), settings.dry_run)
+        yield from webhook_checks(
+            api,
+            webhook,
+            sorted(managed),
+            settings.dry_run,
+            install.webhook_secret if install else None,
+            configured=all(f.level != FAIL for f in config),
+        )
     windows = [n.name for n in snap.nodes if n.windows]
     if windows:
         yield Finding(

@@ -16,8 +16,10 @@ import base64
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,9 @@ from typing import Any
 import pytest
 
 from chart import CHART, HELM, TOOLS
+from cluster_helpers import K8S_VERSION, install_prometheus_operator_crds
 from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.certs import issue
 from headroom.core.quantity import cpu_milli
 from headroom.testbed.controller_image import build as build_image
 from headroom.testbed.controlplane import ControlPlane, build
@@ -77,11 +81,36 @@ class Cluster:
         return str(self.api.get(LEASE)["spec"].get("holderIdentity") or "")
 
 
+# Every write of the controller's ServiceAccount to a Lease (with the body: who it names)
+# and to a pod: the audit log says which pod each came from (the bound token's pod name).
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  userGroups: ["system:serviceaccounts:{NS}"]
+  verbs: [create, update]
+  resources: [{{group: coordination.k8s.io, resources: [leases]}}]
+- level: Metadata
+  userGroups: ["system:serviceaccounts:{NS}"]
+  verbs: [create, update, patch]
+  resources: [{{group: "", resources: [pods, pods/resize]}}]
+- level: None
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     image = build_image(tmp_path_factory.mktemp("image") / "kube-headroom.tar", ROOT)
     bins = build_node()
-    cp = ControlPlane(build(), components_dir=bins)
+    workdir = tmp_path_factory.mktemp("controlplane")
+    (workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    audit = [
+        f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+        f"--audit-log-path={workdir / 'audit.log'}",
+        "--audit-log-maxsize=0",
+    ]
+    cp = ControlPlane(build(), workdir=workdir, components_dir=bins, extra_args=audit)
     node = RealNode(cp, bins, service_network=True)
     cp.pod_gateway = node.gateway
     try:
@@ -177,6 +206,125 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     print(f"\nhelm install --wait: {installed:.1f}s; leader {leader}")
 
 
+def _headroom(cluster: Cluster, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `headroom` CLI as an admin types it on their workstation, with their kubeconfig."""
+    return subprocess.run(
+        [sys.executable, "-m", "headroom", command, "--kubeconfig", cluster.kubeconfig, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def _doctor(cluster: Cluster) -> tuple[int, str]:
+    """`headroom doctor` with no flags but the kubeconfig; its output with what changes
+    from run to run (ages, pod names) masked."""
+    r = _headroom(cluster, "doctor")
+    out = re.sub(r"renewed \d+s ago", "renewed Ns ago", r.stdout)
+    out = re.sub(r"headroom-[0-9a-f]{8,10}-[0-9a-z]{5}", "POD", out)
+    return r.returncode, out
+
+
+HEALTHY = f"""\
+ok    config: HeadroomConfig cluster exists
+ok    install: release headroom: Deployment kube-headroom/headroom, webhook configuration headroom
+ok    server: {K8S_VERSION}
+ok    pods/resize: served
+ok    rbac: checked every permission the controller needs
+ok    controller: Deployment kube-headroom/headroom: 2 of 2 replicas ready
+ok    leader: Lease kube-headroom/headroom held by POD, renewed Ns ago
+ok    namespaces: 1 managed
+ok    webhook: Service kube-headroom/headroom has 2 ready endpoint(s)
+ok    webhook: headroom's caBundle trusts the certificate the webhook serves (Secret kube-headroom/headroom-webhook-tls)
+ok    webhook: a dry-run pod in team was given a CPU limit (200m) by the webhook
+"""
+
+
+def test_doctor_finds_the_release_by_its_labels_and_says_what_is_broken(cluster: Cluster) -> None:
+    """Continues from the install above. Healthy, then each thing an operator breaks or
+    sees broken, one at a time and put back: the output is pinned whole."""
+    code, out = _doctor(cluster)
+    assert (code, out) == (0, HEALTHY), out
+    api, mwc = cluster.api, "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/headroom"
+
+    # A caBundle that trusts another CA (a GitOps tool put its own value back, say).
+    bundle = api.get(mwc)["webhooks"][0]["clientConfig"]["caBundle"]
+    foreign = base64.b64encode(issue(["elsewhere"], 1)[0]).decode()
+    ca_bundle = "/webhooks/0/clientConfig/caBundle"
+    cluster.run(KUBECTL, "patch", "mutatingwebhookconfiguration", "headroom", "--type=json",
+                "-p", json.dumps([{"op": "replace", "path": ca_bundle, "value": foreign}]))  # fmt: skip
+    code, out = _doctor(cluster)
+    cluster.run(KUBECTL, "patch", "mutatingwebhookconfiguration", "headroom", "--type=json",
+                "-p", json.dumps([{"op": "replace", "path": ca_bundle, "value": bundle}]))  # fmt: skip
+    assert code == 1 and out == HEALTHY.replace(
+        "ok    webhook: headroom's caBundle trusts the certificate the webhook serves (Secret kube-headroom/headroom-webhook-tls)\n"
+        "ok    webhook: a dry-run pod in team was given a CPU limit (200m) by the webhook\n",
+        "FAIL  webhook: headroom's caBundle does not trust the certificate the webhook serves (Secret "
+        "kube-headroom/headroom-webhook-tls): the API server's calls fail TLS, so new pods get no limit at creation "
+        "(it fails open); the controller's leader puts its CA back at its next certificate check, or at once when "
+        "restarted\n"
+        "FAIL  webhook: a dry-run pod in team came back without a CPU limit: the webhook fails open (not reachable, "
+        "not ready, or its caBundle does not match the served certificate)\n",
+    ), out
+
+    # The webhook's Service selects no pod.
+    selector = api.get(f"/api/v1/namespaces/{NS}/services/headroom")["spec"]["selector"]
+    cluster.run(KUBECTL, "patch", "service", "headroom", "-n", NS, "--type=merge",
+                "-p", json.dumps({"spec": {"selector": {"app.kubernetes.io/name": "nothing"}}}))  # fmt: skip
+    slices = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+    unserved = {"labelSelector": "kubernetes.io/service-name=headroom"}
+    _wait("no endpoints", lambda: not any(s.get("endpoints") for s in api.get(slices, unserved)["items"]))
+    code, out = _doctor(cluster)
+    cluster.run(KUBECTL, "patch", "service", "headroom", "-n", NS, "--type=merge",
+                "-p", json.dumps({"spec": {"selector": selector}}))  # fmt: skip
+    assert code == 1 and out == HEALTHY.replace(
+        "ok    webhook: Service kube-headroom/headroom has 2 ready endpoint(s)\n",
+        "FAIL  webhook: Service kube-headroom/headroom has no ready endpoints: the API server cannot call the "
+        "webhook, so new pods get no limit at creation (it fails open); check that the Service's selector matches "
+        "the controller's pods and that they are Ready (kubectl get endpointslices,pods -n kube-headroom)\n",
+    ).replace(
+        "ok    webhook: a dry-run pod in team was given a CPU limit (200m) by the webhook\n",
+        "FAIL  webhook: a dry-run pod in team came back without a CPU limit: the webhook fails open (not reachable, "
+        "not ready, or its caBundle does not match the served certificate)\n",
+    ), out
+    _wait("the endpoints back", lambda: _doctor(cluster) == (0, HEALTHY))
+
+    # A replica that cannot start: the node cordoned, the standby deleted.
+    standby = next(p for p in cluster.ready() if p != cluster.leader())
+    cluster.run(KUBECTL, "cordon", cluster.node.name)
+    try:
+        cluster.run(KUBECTL, "delete", "pod", "-n", NS, standby)
+        _wait("one replica ready", lambda: len(cluster.ready()) == 1)
+        code, out = _doctor(cluster)
+    finally:
+        cluster.run(KUBECTL, "uncordon", cluster.node.name)
+    assert code == 0 and out == HEALTHY.replace(
+        "ok    controller: Deployment kube-headroom/headroom: 2 of 2 replicas ready\n",
+        "WARN  controller: Deployment kube-headroom/headroom has 1 of 2 replicas ready: a standby is missing "
+        "(kubectl describe pods -n kube-headroom -l app.kubernetes.io/name=kube-headroom)\n",
+    ).replace("has 2 ready endpoint(s)", "has 1 ready endpoint(s)"), out
+    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    _wait("both replicas serving the webhook", cluster.serving)
+
+    # No HeadroomConfig (deleted by mistake, or never applied): nothing is written anywhere.
+    config = Path(cluster.cp.workdir) / "headroomconfig.yaml"
+    cluster.run(KUBECTL, "delete", "headroomconfig", "cluster")
+    code, out = _doctor(cluster)
+    cluster.run(KUBECTL, "apply", "--server-side", "-f", str(config))
+    cluster.run(KUBECTL, "wait", "--for=condition=Ready", "headroomconfig/cluster", "--timeout=60s")
+    # The first line says it; the webhook is not tried, as it gives no pod a limit by design.
+    assert code == 1 and out == (
+        "FAIL  config: no HeadroomConfig named 'cluster': nothing is written anywhere; apply one "
+        "(examples/headroomconfig.yaml; start with spec.dryRun: true)\n"
+        + HEALTHY.split("\n", 1)[1].replace(
+            "ok    webhook: a dry-run pod in team was given a CPU limit (200m) by the webhook\n",
+            "info  webhook: not tried: with no HeadroomConfig the webhook gives no pod a limit, by design\n",
+        )
+    ), out
+    assert _doctor(cluster) == (0, HEALTHY)
+
+
 def _renewed(api: Api) -> datetime.datetime:
     renew = api.get(LEASE)["spec"].get("renewTime") or "1970-01-01T00:00:00.000000Z"
     return datetime.datetime.fromisoformat(renew.replace("Z", "+00:00"))
@@ -184,6 +332,27 @@ def _renewed(api: Api) -> datetime.datetime:
 
 def _generation(api: Api, ns: str, name: str) -> int:
     return int(api.get(pod_path(ns, name))["metadata"]["generation"])  # one more per resize
+
+
+def _writes(cluster: Cluster) -> tuple[dict[str, int], list[str]]:
+    """The audit log replayed: the Lease's holder as each Lease write set it, and every pod
+    write of the controller's pods (resizes and annotations). (writes per writing pod,
+    the writes made by a pod that did not hold the Lease at the time)."""
+    holder, counts, strays = None, dict[str, int](), []
+    with open(Path(cluster.cp.workdir) / "audit.log") as log:
+        for line in log:
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if e.get("stage") != "ResponseComplete" or (e.get("responseStatus") or {}).get("code", 0) >= 300:
+                continue
+            writer = ((e.get("user") or {}).get("extra") or {}).get("authentication.kubernetes.io/pod-name", ["?"])[0]
+            if ref.get("resource") == "leases" and ref.get("name") == "headroom":
+                holder = ((e.get("requestObject") or {}).get("spec") or {}).get("holderIdentity") or None
+            elif ref.get("resource") == "pods":
+                counts[writer] = counts.get(writer, 0) + 1
+                if writer != holder:
+                    strays.append(f"{e['stageTimestamp']} {writer} wrote {ref.get('name')} while {holder} led")
+    return counts, strays
 
 
 def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_they_need_not(
@@ -261,6 +430,56 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     _wait("a leader after the reinstall", lambda: cluster.leader() in cluster.ready())
     time.sleep(3)
     assert {name: _generation(api, "team", name) for name in ("app", "second")} == upgraded
-    print(f"\nresizes of each neighbour during the upgrade: {during}")
+    # No write came from two writers: every pod write, across the kill, the deletion, the
+    # upgrade and the reinstall, came from the pod that held the Lease at the time.
+    counts, strays = _writes(cluster)
+    assert counts and not strays, strays
+    print(f"\npod writes by controller pod (audit log): {counts}")
+    print(f"resizes of each neighbour during the upgrade: {during}")
     print(f"leader's container killed: the Lease renewed {crash_takeover:.1f}s later")
     print(f"leader pod deleted: {new_leader} leads {takeover:.1f}s later")
+
+
+def test_the_production_values_install_three_replicas_and_the_prometheus_operator_objects(cluster: Cluster) -> None:
+    """Continues from the reinstall above: `helm upgrade` to ci/production-values.yaml, with
+    the Prometheus Operator's CRDs (as it publishes them) installed first, as its docs ask."""
+    api = cluster.api
+    install_prometheus_operator_crds(api)
+    cluster.run(
+        HELM,
+        "upgrade", "headroom", str(CHART), "--namespace", NS,
+        "-f", str(CHART / "ci" / "production-values.yaml"),
+        "--set", "image.repository=headroom.local/kube-headroom", "--set", "image.pullPolicy=Never",
+        "--wait", "--timeout", "240s",
+    )  # fmt: skip
+    pods = _wait("three Ready replicas", lambda: len(cluster.ready()) == 3 and cluster.ready(), timeout=120)
+    assert _wait("a leader", cluster.leader) in pods
+    for pod in cluster.controller_pods():
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["requests"]["cpu"] == "250m" and resources["limits"]["cpu"] == "2"
+    # The Prometheus Operator's objects, accepted by its published schemas.
+    monitors = cluster.run(KUBECTL, "get", "servicemonitors,prometheusrules", "-n", NS, "-o", "name").split()
+    assert sorted(monitors) == [
+        "prometheusrule.monitoring.coreos.com/headroom",
+        "servicemonitor.monitoring.coreos.com/headroom",
+    ], monitors
+
+    # Three replicas of 250m book 750m of the node's 2 CPUs; the two managed pods of 100m
+    # share the rest: (2000 - 750 - 200) / 2 = 525m each, on top of their 100m, 620m once
+    # rounded down to a multiple of 10m. The limits
+    # they were given during the rollout may lie within the deadband of that (a raise under
+    # 10% is not written): `headroom plan` says what the controller decides, nothing to write.
+    def planned() -> dict[str, Any] | None:
+        plan = json.loads(_headroom(cluster, "plan", "-n", "team", "-o", "json").stdout)
+        pods = {p["name"]: p for p in plan["pods"]}
+        settled = all(pods[n]["targetLimitMilli"] == 620 and not pods[n]["apply"] for n in ("app", "second"))
+        return pods if settled else None
+
+    try:
+        _wait("the limits follow the new booking", planned)
+    except AssertionError:
+        raise AssertionError(_headroom(cluster, "plan", "-n", "team", "-o", "json").stdout) from None
+    assert all(620 / 1.1 < _limit(api, "team", name) < 620 / 0.95 for name in ("app", "second"))
+    code, out = _doctor(cluster)
+    assert code == 0 and "ok    controller: Deployment kube-headroom/headroom: 3 of 3 replicas ready" in out, out
+    assert not _writes(cluster)[1]  # the rolling update to three replicas: one writer at a time
