@@ -1,13 +1,8 @@
-"""The chart installed as a user installs it, on a cluster of real parts whose pods reach
-Services: the controller image built here (`make image`) in the real node's containerd,
-`helm install` and `kubectl` as typed, the controller in pods, the webhook called by the
-API server through its Service.
-
-Its own cluster, apart from the other real-cluster tests: the API server listens on the
-node bridge's gateway too and publishes it as the `kubernetes` Service's endpoint, which
-kube-proxy (nftables mode) routes the ClusterIP to; ServiceAccount tokens are mounted;
-webhooks are dialled at their Services' endpoints (`--enable-aggregator-routing`, so the
-API server on the host reaches the webhook pod's address over the bridge).
+"""The chart installed as a user installs it, on the install cluster (tests/install_helpers.py):
+the controller image built here (`make image`) in the real node's containerd, `helm install`
+and `kubectl` as typed, the controller in pods, the webhook called by the API server
+through its Service; then `headroom doctor` on it, a killed leader, an upgrade, an
+uninstall, a reinstall and the production values.
 """
 
 from __future__ import annotations
@@ -18,8 +13,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,133 +20,18 @@ from typing import Any
 
 import pytest
 
-from chart import CHART, HELM, TOOLS
+from chart import CHART, HELM
 from cluster_helpers import K8S_VERSION, install_prometheus_operator_crds
-from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.api import Api, pod_path
 from headroom.cluster.certs import issue
 from headroom.core.quantity import cpu_milli
-from headroom.testbed.controller_image import build as build_image
-from headroom.testbed.controlplane import ControlPlane, build
-from headroom.testbed.node import RealNode, build_node
-
-ROOT = Path(__file__).resolve().parents[3]
-KUBECTL = TOOLS / "bin" / "kubectl"
-NS = "kube-headroom"
-LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/headroom"
-
-
-class Cluster:
-    def __init__(self, cp: ControlPlane, node: RealNode) -> None:
-        self.cp, self.node, self.api = cp, node, cp.api()
-        self.kubeconfig = str(cp.kubeconfig())
-
-    def run(self, tool: Path, *args: str, timeout: float = 240) -> str:
-        r = subprocess.run(
-            [str(tool), "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=timeout
-        )
-        assert r.returncode == 0, f"{tool.name} {' '.join(args)}: {r.stdout}{r.stderr}"
-        return r.stdout
-
-    def controller_pods(self) -> list[dict[str, Any]]:
-        pods = self.api.get(f"/api/v1/namespaces/{NS}/pods", {"labelSelector": "app.kubernetes.io/name=kube-headroom"})
-        return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
-
-    def ready(self) -> list[str]:
-        return [
-            p["metadata"]["name"]
-            for p in self.controller_pods()
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
-        ]
-
-    def secret(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.api.get(f"/api/v1/namespaces/{NS}/secrets/{name}")
-        except ApiError:
-            return None
-
-    def serving(self) -> bool:
-        """Every controller pod serves the webhook (the kubelet has put the Secret in its
-        mounted directory)."""
-        pods = self.controller_pods()
-        return bool(pods) and all('"webhook serving"' in self.node.container_log(p, "controller") for p in pods)
-
-    def leader(self) -> str:
-        return str(self.api.get(LEASE)["spec"].get("holderIdentity") or "")
-
-
-# Every write of the controller's ServiceAccount to a Lease (with the body: who it names)
-# and to a pod: the audit log says which pod each came from (the bound token's pod name).
-AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Request
-  userGroups: ["system:serviceaccounts:{NS}"]
-  verbs: [create, update]
-  resources: [{{group: coordination.k8s.io, resources: [leases]}}]
-- level: Metadata
-  userGroups: ["system:serviceaccounts:{NS}"]
-  verbs: [create, update, patch]
-  resources: [{{group: "", resources: [pods, pods/resize]}}]
-- level: None
-"""
+from install_helpers import KUBECTL, LEASE, NS, Cluster, headroom, installed_cluster, kubectl_run, limit, wait
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    image = build_image(tmp_path_factory.mktemp("image") / "kube-headroom.tar", ROOT)
-    bins = build_node()
-    workdir = tmp_path_factory.mktemp("controlplane")
-    (workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
-    audit = [
-        f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
-        f"--audit-log-path={workdir / 'audit.log'}",
-        "--audit-log-maxsize=0",
-    ]
-    cp = ControlPlane(build(), workdir=workdir, components_dir=bins, extra_args=audit)
-    node = RealNode(cp, bins, service_network=True)
-    cp.pod_gateway = node.gateway
-    try:
-        cp.start()
-        node.start()
-        node.import_image(image.path)
-        yield Cluster(cp, node)
-    finally:
-        node.stop()
-        cp.stop()
-
-
-def _wait(what: str, check: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.5)
-    return value
-
-
-def _kubectl_run(cluster: Cluster, name: str, *args: str) -> str:
-    """`kubectl run` of a sleeping pod in `team` requesting 100m CPU and no CPU limit."""
-    spec = {
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": name,
-                "image": "headroom.local/busybox:1",
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "36000"],
-                "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
-            }
-        ],
-    }
-    return cluster.run(
-        KUBECTL, "run", name, "-n", "team", "--image=headroom.local/busybox:1", "--image-pull-policy=Never",
-        "--overrides", json.dumps({"spec": spec}), *args,
-    )  # fmt: skip
-
-
-def _limit(api: Api, ns: str, name: str) -> int:
-    limits = api.get(pod_path(ns, name))["spec"]["containers"][0]["resources"].get("limits") or {}
-    return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+    with installed_cluster(tmp_path_factory.mktemp("install")) as c:
+        yield c
 
 
 def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_service(cluster: Cluster) -> None:
@@ -166,11 +44,11 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     )  # fmt: skip
     installed = time.monotonic() - began
     # Both replicas Ready (the readiness probe answers once the caches are synced), one leader.
-    pods = _wait("two Ready replicas", lambda: len(cluster.ready()) == 2 and cluster.ready())
-    leader = _wait("a leader", cluster.leader)
+    pods = wait("two Ready replicas", lambda: len(cluster.ready()) == 2 and cluster.ready())
+    leader = wait("a leader", cluster.leader)
     assert leader in pods
     # The leader issued the webhook certificate: the Secret exists and the caBundle trusts its CA.
-    secret = _wait("the webhook Secret", lambda: cluster.secret("headroom-webhook-tls"))
+    secret = wait("the webhook Secret", lambda: cluster.secret("headroom-webhook-tls"))
     mwc = cluster.api.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/headroom")
     bundle = base64.b64decode(mwc["webhooks"][0]["clientConfig"].get("caBundle") or "")
     assert base64.b64decode(secret["data"]["ca.crt"]).strip() in bundle
@@ -184,15 +62,15 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     cluster.run(KUBECTL, "label", "namespace", "team", "kube-headroom.dev/mode=managed")
     cluster.run(KUBECTL, "apply", "--server-side", "-f", str(config))
     cluster.run(KUBECTL, "wait", "--for=condition=Ready", "headroomconfig/cluster", "--timeout=60s")
-    _wait("both replicas serving the webhook", cluster.serving)
+    wait("both replicas serving the webhook", cluster.serving)
     # A pod the scheduler places: its limit at admission comes from the webhook, called by
     # the API server through the Service; then the controller in its pod gives the fair one.
-    created = _kubectl_run(cluster, "app", "-o", "jsonpath={.spec.containers[0].resources.limits.cpu}")
+    created = kubectl_run(cluster, "app", "-o", "jsonpath={.spec.containers[0].resources.limits.cpu}")
     assert cpu_milli(created) == 200  # request × webhook.initialMultiplier (2)
     # The node has 2 CPUs; the two controller pods and this one book 100m each: the pod
     # alone is managed, so its limit is its request times maxMultiplier (10): 1 CPU.
-    _wait("the fair limit", lambda: _limit(cluster.api, "team", "app") == 1000, timeout=60)
-    pod = _wait(
+    wait("the fair limit", lambda: limit(cluster.api, "team", "app") == 1000, timeout=60)
+    pod = wait(
         "the app running",
         lambda: (
             (p := cluster.api.get(pod_path("team", "app")))["status"].get("containerStatuses")
@@ -202,25 +80,14 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     )
     cgroup = cluster.node.container_cgroup(pod["status"]["containerStatuses"][0]["containerID"])
     assert cgroup is not None
-    _wait("the cgroup quota", lambda: int((cgroup / "cpu.cfs_quota_us").read_text()) == 100_000, timeout=15)
+    wait("the cgroup quota", lambda: int((cgroup / "cpu.cfs_quota_us").read_text()) == 100_000, timeout=15)
     print(f"\nhelm install --wait: {installed:.1f}s; leader {leader}")
-
-
-def _headroom(cluster: Cluster, command: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `headroom` CLI as an admin types it on their workstation, with their kubeconfig."""
-    return subprocess.run(
-        [sys.executable, "-m", "headroom", command, "--kubeconfig", cluster.kubeconfig, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
 
 
 def _doctor(cluster: Cluster) -> tuple[int, str]:
     """`headroom doctor` with no flags but the kubeconfig; its output with what changes
     from run to run (ages, pod names) masked."""
-    r = _headroom(cluster, "doctor")
+    r = headroom(cluster, "doctor")
     out = re.sub(r"renewed \d+s ago", "renewed Ns ago", r.stdout)
     out = re.sub(r"headroom-[0-9a-f]{8,10}-[0-9a-z]{5}", "POD", out)
     return r.returncode, out
@@ -274,7 +141,7 @@ def test_doctor_finds_the_release_by_its_labels_and_says_what_is_broken(cluster:
                 "-p", json.dumps({"spec": {"selector": {"app.kubernetes.io/name": "nothing"}}}))  # fmt: skip
     slices = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
     unserved = {"labelSelector": "kubernetes.io/service-name=headroom"}
-    _wait("no endpoints", lambda: not any(s.get("endpoints") for s in api.get(slices, unserved)["items"]))
+    wait("no endpoints", lambda: not any(s.get("endpoints") for s in api.get(slices, unserved)["items"]))
     code, out = _doctor(cluster)
     cluster.run(KUBECTL, "patch", "service", "headroom", "-n", NS, "--type=merge",
                 "-p", json.dumps({"spec": {"selector": selector}}))  # fmt: skip
@@ -288,14 +155,14 @@ def test_doctor_finds_the_release_by_its_labels_and_says_what_is_broken(cluster:
         "FAIL  webhook: a dry-run pod in team came back without a CPU limit: the webhook fails open (not reachable, "
         "not ready, or its caBundle does not match the served certificate)\n",
     ), out
-    _wait("the endpoints back", lambda: _doctor(cluster) == (0, HEALTHY))
+    wait("the endpoints back", lambda: _doctor(cluster) == (0, HEALTHY))
 
     # A replica that cannot start: the node cordoned, the standby deleted.
     standby = next(p for p in cluster.ready() if p != cluster.leader())
     cluster.run(KUBECTL, "cordon", cluster.node.name)
     try:
         cluster.run(KUBECTL, "delete", "pod", "-n", NS, standby)
-        _wait("one replica ready", lambda: len(cluster.ready()) == 1)
+        wait("one replica ready", lambda: len(cluster.ready()) == 1)
         code, out = _doctor(cluster)
     finally:
         cluster.run(KUBECTL, "uncordon", cluster.node.name)
@@ -304,8 +171,8 @@ def test_doctor_finds_the_release_by_its_labels_and_says_what_is_broken(cluster:
         "WARN  controller: Deployment kube-headroom/headroom has 1 of 2 replicas ready: a standby is missing "
         "(kubectl describe pods -n kube-headroom -l app.kubernetes.io/name=kube-headroom)\n",
     ).replace("has 2 ready endpoint(s)", "has 1 ready endpoint(s)"), out
-    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
-    _wait("both replicas serving the webhook", cluster.serving)
+    wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    wait("both replicas serving the webhook", cluster.serving)
 
     # No HeadroomConfig (deleted by mistake, or never applied): nothing is written anywhere.
     config = Path(cluster.cp.workdir) / "headroomconfig.yaml"
@@ -360,7 +227,7 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
 ) -> None:
     """Continues from the install above: the pod `app` in `team` holds its fair limit."""
     api = cluster.api
-    assert _limit(api, "team", "app") == 1000
+    assert limit(api, "team", "app") == 1000
     written = _generation(api, "team", "app")
     # The leader's container killed (SIGKILL to its processes, as an OOM kill or a crash
     # does: no graceful Lease release). The kubelet restarts it within a second or two; the
@@ -373,26 +240,26 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     killed_at, killed = datetime.datetime.now(datetime.UTC), time.monotonic()
     for pid in (cgroup / "cgroup.procs").read_text().split():
         os.kill(int(pid), signal.SIGKILL)
-    _wait("the Lease renewed after the kill", lambda: _renewed(api) > killed_at, timeout=60)
+    wait("the Lease renewed after the kill", lambda: _renewed(api) > killed_at, timeout=60)
     crash_takeover = time.monotonic() - killed
     assert crash_takeover < 15 + 2 + 5
-    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
     # The leader pod deleted (what a node drain or `kubectl delete pod` does): it lets the
     # Lease go on SIGTERM and the standby takes over at once.
     leader = cluster.leader()
     deleted = time.monotonic()
     cluster.run(KUBECTL, "delete", "pod", "-n", NS, leader, "--wait=false")
-    new_leader = _wait("a new leader", lambda: (holder := cluster.leader()) != leader and holder, timeout=60)
+    new_leader = wait("a new leader", lambda: (holder := cluster.leader()) != leader and holder, timeout=60)
     takeover = time.monotonic() - deleted
     assert takeover < 15 + 2 + 5 and new_leader in cluster.ready()
-    _wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
+    wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
     # A new pod during all this still gets its limits; the converged one is not written again.
-    _kubectl_run(cluster, "second")
+    kubectl_run(cluster, "second")
     # Two managed pods of 100m share the slack of 2 CPUs less four requests of 100m (the two
     # controller replicas and themselves): 100m + 800m each.
-    _wait(
+    wait(
         "both at their fair share",
-        lambda: _limit(api, "team", "app") == _limit(api, "team", "second") == 900,
+        lambda: limit(api, "team", "app") == limit(api, "team", "second") == 900,
         timeout=60,
     )
     shared = {name: _generation(api, "team", name) for name in ("app", "second")}
@@ -403,8 +270,8 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     # departures), no limit lost, and the same limits once it has settled.
     cluster.run(HELM, "upgrade", "headroom", str(CHART), "-n", NS, "--reuse-values", "--set", "logLevel=debug",
                 "--wait", "--timeout", "180s")  # fmt: skip
-    _wait("the upgraded replicas Ready", lambda: len(cluster.ready()) == 2)
-    _wait("the limits back", lambda: _limit(api, "team", "app") == _limit(api, "team", "second") == 900)
+    wait("the upgraded replicas Ready", lambda: len(cluster.ready()) == 2)
+    wait("the limits back", lambda: limit(api, "team", "app") == limit(api, "team", "second") == 900)
     upgraded = {name: _generation(api, "team", name) for name in ("app", "second")}
     during = {name: upgraded[name] - shared[name] for name in shared}
     assert all(n <= 4 for n in during.values()), during
@@ -412,12 +279,12 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     # user made (CRDs, the HeadroomConfig, the webhook Secret and the Lease in the release
     # namespace), nothing of the release.
     cluster.run(HELM, "uninstall", "headroom", "-n", NS, "--wait", "--timeout", "120s")
-    _wait(
+    wait(
         "the controller pods gone",
         lambda: not cluster.api.get(f"/api/v1/namespaces/{NS}/pods")["items"],
         timeout=60,
     )
-    assert _limit(api, "team", "app") == _limit(api, "team", "second") == 900
+    assert limit(api, "team", "app") == limit(api, "team", "second") == 900
     left = cluster.run(KUBECTL, "get", "all,mutatingwebhookconfigurations,secrets,leases", "-n", NS, "-o", "name")
     assert sorted(left.split()) == ["lease.coordination.k8s.io/headroom", "secret/headroom-webhook-tls"], left
     assert cluster.run(KUBECTL, "get", "headroomconfig", "cluster", "-o", "name").strip()
@@ -427,7 +294,7 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
         "--set", "image.repository=headroom.local/kube-headroom", "--set", "image.pullPolicy=Never",
         "--wait", "--timeout", "180s",
     )  # fmt: skip
-    _wait("a leader after the reinstall", lambda: cluster.leader() in cluster.ready())
+    wait("a leader after the reinstall", lambda: cluster.leader() in cluster.ready())
     time.sleep(3)
     assert {name: _generation(api, "team", name) for name in ("app", "second")} == upgraded
     # No write came from two writers: every pod write, across the kill, the deletion, the
@@ -452,8 +319,8 @@ def test_the_production_values_install_three_replicas_and_the_prometheus_operato
         "--set", "image.repository=headroom.local/kube-headroom", "--set", "image.pullPolicy=Never",
         "--wait", "--timeout", "240s",
     )  # fmt: skip
-    pods = _wait("three Ready replicas", lambda: len(cluster.ready()) == 3 and cluster.ready(), timeout=120)
-    assert _wait("a leader", cluster.leader) in pods
+    pods = wait("three Ready replicas", lambda: len(cluster.ready()) == 3 and cluster.ready(), timeout=120)
+    assert wait("a leader", cluster.leader) in pods
     for pod in cluster.controller_pods():
         resources = pod["spec"]["containers"][0]["resources"]
         assert resources["requests"]["cpu"] == "250m" and resources["limits"]["cpu"] == "2"
@@ -470,16 +337,16 @@ def test_the_production_values_install_three_replicas_and_the_prometheus_operato
     # they were given during the rollout may lie within the deadband of that (a raise under
     # 10% is not written): `headroom plan` says what the controller decides, nothing to write.
     def planned() -> dict[str, Any] | None:
-        plan = json.loads(_headroom(cluster, "plan", "-n", "team", "-o", "json").stdout)
+        plan = json.loads(headroom(cluster, "plan", "-n", "team", "-o", "json").stdout)
         pods = {p["name"]: p for p in plan["pods"]}
         settled = all(pods[n]["targetLimitMilli"] == 620 and not pods[n]["apply"] for n in ("app", "second"))
         return pods if settled else None
 
     try:
-        _wait("the limits follow the new booking", planned)
+        wait("the limits follow the new booking", planned)
     except AssertionError:
-        raise AssertionError(_headroom(cluster, "plan", "-n", "team", "-o", "json").stdout) from None
-    assert all(620 / 1.1 < _limit(api, "team", name) < 620 / 0.95 for name in ("app", "second"))
+        raise AssertionError(headroom(cluster, "plan", "-n", "team", "-o", "json").stdout) from None
+    assert all(620 / 1.1 < limit(api, "team", name) < 620 / 0.95 for name in ("app", "second"))
     code, out = _doctor(cluster)
     assert code == 0 and "ok    controller: Deployment kube-headroom/headroom: 3 of 3 replicas ready" in out, out
     assert not _writes(cluster)[1]  # the rolling update to three replicas: one writer at a time
