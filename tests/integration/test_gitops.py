@@ -53,6 +53,9 @@ def _profile(api: Api, name: str) -> dict[str, Any]:
 
 def test_flux_and_argo_cd_see_each_state(api, namespace, make_node, headroom_config, start_controller, crds_installed):
     headroom_config(debouncePeriod="6s")
+    # Never seen by a controller, so no status: kstatus (Flux's default health check) calls
+    # it Current; the Argo CD check waits, as the Flux example's healthCheckExprs do.
+    seen(api.get(f"{GROUP}/headroomconfigs/cluster"), "no-status", "Current", "Progressing")
     node = make_node(cpu="8", labels={"pool": "g"})
     make_node(cpu="4", labels={"pool": "p"})
     names = ("g", "g-low", "g-bad", "p")
