@@ -29,14 +29,15 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 rm -rf "$out" && mkdir -p "$out/crds"
 work="$(mktemp -d)"
+dir() { (cd "$work" && go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); }
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
 start=$(date +%s)
 for c in "${controllers[@]}"; do
   name="${c%@*}" version="${c#*@}"
   src="$work/$name"
-  cp -r "$(cd "$work" && go mod download -json "github.com/fluxcd/$c" | jq -r .Dir)" "$src"
+  cp -r "$(dir "github.com/fluxcd/$c")" "$src"
   chmod -R u+w "$src"
-  cp -r "$(cd "$work" && go mod download -json "github.com/fluxcd/$name/api@$version" | jq -r .Dir)" "$src/api"
+  cp -r "$(dir "github.com/fluxcd/$name/api@$version")" "$src/api"
   chmod -R u+w "$src/api"
   if [[ $name == source-controller ]]; then
     (cd "$src" && go mod edit -replace github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.1)

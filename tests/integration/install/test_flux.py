@@ -93,8 +93,8 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     c.run(KUBECTL, "label", "node", c.node.name, "pool=batch")
     c.run(KUBECTL, "create", "namespace", "team")
     c.run(KUBECTL, "label", "namespace", "team", "kube-headroom.dev/mode=managed")
-    # The user's one change to the example: the image they built.
-    gitops.push(
+    # The user's one change to the example, before Flux is pointed at it: the image they built.
+    gitops.git.commit(
         "Install the image we built",
         {
             "examples/gitops/flux/controller/helmrelease.yaml": gitops.edit(
