@@ -81,6 +81,7 @@ PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 test: lint tools
 	tests/testenv/build.sh >/dev/null
 	tests/realnode/build.sh >/dev/null
+	tests/flux/build.sh >/dev/null
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) -m version_sensitive tests/integration || exit 1; done
@@ -89,6 +90,7 @@ test: lint tools
 test-matrix: lint tools
 	tests/testenv/build.sh >/dev/null
 	tests/realnode/build.sh >/dev/null
+	tests/flux/build.sh >/dev/null
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) tests/integration || exit 1; done

@@ -293,3 +293,31 @@ def test_fused_compute_node_equals_the_reference_pod_target(state):
     ]
     summary, fused = compute_node(alloc, managed + unmanaged, caps, s)
     assert fused == [pod_target(summary, m, s) for m in caps]
+
+
+def test_what_if_is_the_policy_itself_at_another_request():
+    """`explain`'s what-if re-plans the node with one pod's request changed, through the
+    same policy: at its own request it is the pod's target; unmanaged pods are planned as
+    if opted in; a bigger request books more and shares the same slack."""
+    from pathlib import Path
+
+    from headroom.cluster.snapshot import load_snapshot
+    from headroom.core.planner import plan_cluster, what_if
+
+    snap = load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "cluster-snapshot.yaml")
+    plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True)
+    checked = 0
+    for n in plan.nodes:
+        for pp in n.pods:
+            if pp.target is not None and pp.pod.pod_level is None:
+                assert what_if(n, pp.pod.key) == pp.target.target, pp.pod.key
+                checked += 1
+    assert checked >= 5
+    n = next(n for n in plan.nodes if any(p.pod.key == "ci/build-a" for p in n.pods))
+    # build-a: request 500m of the managed 8 CPU, slack 8 CPU -> 1500m (the floor decides).
+    # At 1 CPU the node's slack is 7.5 CPU over 8.5 CPU of managed requests: the
+    # proportional share 7.5 * 1/8.5 = 882m is under the 1-CPU floor, so 1 + 1 = 2 CPU;
+    # at 4 CPU, 7.5 * 4/11.5 = 2608m: 6600m once quantized.
+    assert what_if(n, "ci/build-a", 1000) == 2000
+    assert what_if(n, "ci/build-a", 4000) == 4000 + 4000 * 4500 // 11500 // 10 * 10
+    assert what_if(n, "nobody/here", 100) is None

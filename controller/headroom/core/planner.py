@@ -239,3 +239,40 @@ def plan_cluster(
             _fit_quotas(plan, neighbours, budget)
         out.nodes.append(plan)
     return out
+
+
+def what_if(n: NodePlan, key: str, request: int | None = None) -> int | None:
+    """The limit the same policy would give pod `key` on this node if it were managed with a
+    CPU request of `request` millicores (its own when None), every other pod as it is: the
+    booking moves by the change of request, and so do the managed requests. None when the
+    pod is not on the node, has no CPU request to scale, or sets pod-level resources."""
+    pods: list[Pod] = []
+    managed: list[Managed] = []
+    found = False
+    for pp in n.pods:
+        pod, m = pp.pod, pp.target.managed if pp.target is not None else None
+        if pod.key == key:
+            if pod.pod_level is not None:
+                return None
+            computed = m.containers if m is not None else elig.computed_containers(pod, n.settings)
+            own = sum(c.cpu_request for c in computed)
+            if own <= 0:
+                return None
+            want = own if request is None else max(request, 1)
+            scaled = {}
+            for c in computed:  # each container's request (and what it books) scaled alike
+                r = c.cpu_request * want // own
+                scaled[c.name] = replace(c, cpu_request=r, booked_cpu=max(c.booked_cpu + r - c.cpu_request, r))
+            containers = tuple(scaled.get(c.name, c) for c in pod.containers)
+            moved = sum(c.cpu_request for c in scaled.values()) - own
+            pod = replace(pod, containers=containers, booked_cpu=pod.booked_cpu + moved)
+            cap = m.user_cap if m is not None else user_cap(pod)[0]
+            m = Managed(pod, tuple(scaled.values()), cap, m.cap if m is not None else None)
+            found = True
+        pods.append(pod)
+        if m is not None:
+            managed.append(m)
+    if not found:
+        return None
+    _, targets = compute_node(n.node.allocatable_cpu, pods, managed, n.settings)
+    return next(t.target for t in targets if t.managed.pod.key == key)
