@@ -88,12 +88,33 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from .api.types import duration_seconds
+
     key = args.pod if "/" in args.pod else f"{args.namespace}/{args.pod}"
-    text = output.explain(_snapshot_plan(args), key)
+    window = duration_seconds(args.window) if args.window else 0.0
+    if window <= 0:
+        raise UsageError(f"--window {args.window!r}: use a duration such as 10m or 1h")
+    plan = _snapshot_plan(args)
+    text = output.explain(plan, key)
     if text is None:
         where = args.snapshot or "the cluster"
         raise UsageError(f"pod {key} is not in {where}; name it as NAMESPACE/NAME or use -n NAMESPACE")
     print(text)
+    found = output.find(plan, key)
+    if found is None:  # not bound to a node: nothing was measured
+        return 0
+    if not args.prometheus:
+        print(output.PROMETHEUS_HINT)
+        return 0
+    from .cluster.prometheus import Prometheus, PrometheusError, throttling
+
+    namespace, name = key.split("/", 1)
+    try:
+        rows = throttling(Prometheus(args.prometheus), namespace, name, window)
+    except PrometheusError as exc:
+        print(f"  measured throttling: not available: {exc}")
+        return 0
+    print(output.measured(*found, rows, window, f"Prometheus {args.prometheus}"))
     return 0
 
 
@@ -411,6 +432,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
     p.add_argument("-n", "--namespace", default="default")
     _snapshot_args(p)
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus that scrapes the kubelets' /metrics/cadvisor: adds the pod's measured throttling, "
+        "who books its node and what other requests would give",
+    )
+    p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("doctor", help="preflight: what in this cluster would stop Headroom or surprise its users")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .core.planner import ClusterPlan, NodePlan, PodPlan
+from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from .core.quantity import format_milli
+from .core.records import INIT
 from .core.release import current_limit
+
+if TYPE_CHECKING:
+    from .cluster.prometheus import Throttling
 
 
 def node_json(n: NodePlan) -> dict[str, Any]:
@@ -253,6 +258,82 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
     if p.warning:
         lines.append(f"  warning: {p.warning}")
     return "\n".join(lines)
+
+
+def find(plan: ClusterPlan, key: str) -> tuple[NodePlan, PodPlan] | None:
+    for n in plan.nodes:
+        for p in n.pods:
+            if p.pod.key == key:
+                return n, p
+    return None
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def measured(n: NodePlan, p: PodPlan, rows: list[Throttling], window: float, source: str) -> str:
+    """What `explain --prometheus` adds below the arithmetic: the pod's measured throttling
+    per container and over time, whose limit it was, who books the node, and the what-if."""
+    minutes = f"{window / 60:g}m" if window < 3600 else f"{window / 3600:g}h"
+    lines = [f"  measured over the last {minutes} ({source}, the kubelet's cAdvisor counters):"]
+    if not rows:
+        lines.append(
+            "    no CFS counters for this pod: the kernel counts throttling only for a container with a CPU limit, "
+            "and Prometheus must scrape the kubelets' /metrics/cadvisor"
+        )
+    limits = {c.name: c.cpu_limit for c in p.pod.containers}
+    for r in rows:
+        used = "" if r.cpu_avg is None else f"; CPU used {format_milli(round(r.cpu_avg * 1000))} on average"
+        if r.cpu_p95 is not None:
+            used += f", p95 {format_milli(round(r.cpu_p95 * 1000))}"
+        lim = limits.get(r.container)
+        used += f", limit now {format_milli(lim)}" if lim is not None else ", no limit now"
+        lines.append(
+            f"    container {r.container}: throttled in {_pct(r.share)} of its CFS periods, "
+            f"{r.throttled_seconds:.1f}s in all{used}"
+        )
+        if r.timeline:
+            points = " · ".join(
+                f"{datetime.datetime.fromtimestamp(t, datetime.UTC):%H:%M:%S} {_pct(v)} {secs:.2f}s/s"
+                for t, v, secs in r.timeline
+            )
+            lines.append(
+                f"      throttled over the minute before (UTC; share of periods, seconds per second): {points}"
+            )
+    t = p.target
+    if t is None:
+        lines.append(f"  whose limit: not Headroom's; the pod is not managed ({p.reason})")
+    elif n.settings.dry_run:
+        lines.append(f"  whose limit: not Headroom's; dry-run computes {format_milli(t.target)} and writes nothing")
+    else:
+        lines.append(f"  whose limit: Headroom's, {format_milli(t.target)}, decided by: {t.bound}")
+    s = n.summary
+    top = sorted(n.pods, key=lambda q: -q.pod.booked_cpu)[:5]
+    who = ", ".join(f"{q.pod.key} {format_milli(q.pod.booked_cpu)}{'' if q.managed else ' (not managed)'}" for q in top)
+    lines.append(
+        f"  booked by: {format_milli(s.booked)} of {format_milli(s.allocatable)} on {n.node.name}; the largest: {who}"
+    )
+    own = sum(c.cpu_request for c in p.pod.containers if c.kind != INIT)
+    ifs = []
+    at = what_if(n, p.pod.key)
+    if at is not None:
+        ifs.append(f"{'managed ' if t is None else ''}at its request {format_milli(own)}: limit {format_milli(at)}")
+    p95 = sum(r.cpu_p95 or 0.0 for r in rows)
+    if p95 > 0:
+        want = max(round(p95 * 1000 / 10) * 10, 10)
+        at = what_if(n, p.pod.key, want)
+        if at is not None:
+            ifs.append(f"at a request of its p95 use, {format_milli(want)}: limit {format_milli(at)}")
+    if ifs:
+        lines.append("  what-if on this node: " + "; ".join(ifs))
+    return "\n".join(lines)
+
+
+PROMETHEUS_HINT = (
+    "  measured throttling: add --prometheus URL (a Prometheus that scrapes the kubelets' /metrics/cadvisor) "
+    "to see it, who books the node and what other requests would give"
+)
 
 
 _HTML = """<!DOCTYPE html>

@@ -105,6 +105,8 @@ def _node_stopped() -> None:
             _remove_chains(_kube_chains() - _chains_before)
 
 
+CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
+
 # Each node of this machine gets its own pod subnet (10.244.N.0/24) on its own bridge; the
 # bridges have no address and no route, so pods stay on this machine.
 _SUBNETS = itertools.count(77)
@@ -228,6 +230,7 @@ class RealNode:
     _sysctls: dict[str, str] = field(default_factory=dict)
     _counted: bool = False  # counted in _nodes_running
     _made_log_dir: bool = False
+    _cadvisor_link: bool = False  # this node's containerd is the one the kubelet's cAdvisor reads
     _ports: tuple[int, int] = (0, 0)  # the kubelet's API and healthz ports, kept across restarts
     startup_seconds: float = 0.0
 
@@ -407,11 +410,37 @@ state = "{w / "state"}"
         self._import_images()
         self._kubeconfig()
         self._ports = (free_port(), free_port())
+        self._claim_cadvisor_socket()
         self._start_kubelet(env, timeout)
         if self.service_network:
             self._start_kube_proxy(env)
         self.startup_seconds = time.monotonic() - begin
         return self
+
+    def _claim_cadvisor_socket(self) -> None:
+        """The kubelet's cAdvisor names a container's series (namespace, pod, container)
+        only by asking containerd at /run/containerd/containerd.sock; no kubelet flag moves
+        that path. The first node of this machine links it to its own containerd, if nothing
+        is there (a link left by a killed run is replaced); other nodes' series stay unnamed."""
+        with _host_lock:
+            if CADVISOR_CONTAINERD.is_symlink() and not CADVISOR_CONTAINERD.exists():
+                CADVISOR_CONTAINERD.unlink()
+            if CADVISOR_CONTAINERD.exists() or not CADVISOR_CONTAINERD.parent.is_dir():
+                return
+            CADVISOR_CONTAINERD.symlink_to(self.socket)
+            self._cadvisor_link = True
+
+    def _release_cadvisor_socket(self) -> None:
+        with _host_lock:
+            mine = CADVISOR_CONTAINERD.is_symlink() and Path(os.readlink(CADVISOR_CONTAINERD)) == self.socket
+            if self._cadvisor_link and mine:
+                CADVISOR_CONTAINERD.unlink()
+            self._cadvisor_link = False
+
+    @property
+    def kubelet_port(self) -> int:
+        """The kubelet's HTTPS API port on loopback (its /metrics/cadvisor, /pods, ...)."""
+        return self._ports[0]
 
     @property
     def gateway(self) -> str:
@@ -580,6 +609,7 @@ state = "{w / "state"}"
             for family in ("ip", "ip6"):
                 subprocess.run(["nft", "delete", "table", family, "kube-proxy"], capture_output=True)
         self._restore_host()
+        self._release_cadvisor_socket()
         if self._counted:
             self._counted = False
             _node_stopped()

@@ -1,0 +1,136 @@
+"""What Prometheus measured of a pod's CPU: the kubelet's cAdvisor counters
+(`/metrics/cadvisor`), read through Prometheus's HTTP API for `headroom explain`.
+
+Every failure (unreachable, an HTTP error, a query error, an answer that is not what the
+API documents) is a `PrometheusError` with one line to print; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import urllib3
+
+CADVISOR = ("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total")
+
+
+class PrometheusError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Throttling:
+    """One container over the window."""
+
+    container: str
+    periods: float  # CFS periods in which it ran
+    throttled_periods: float
+    throttled_seconds: float
+    cpu_avg: float | None  # cores
+    cpu_p95: float | None  # cores, the 95th percentile of its 1-minute rate
+    # (unix time, throttled share of CFS periods 0..1, throttled seconds per second), each
+    # over the minute before that time
+    timeline: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        return self.throttled_periods / self.periods if self.periods > 0 else 0.0
+
+
+class Prometheus:
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(total=timeout), retries=False)
+
+    def _get(self, path: str, fields: dict[str, str]) -> Any:
+        try:
+            r = self.http.request("GET", f"{self.url}{path}", fields=fields)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise PrometheusError(f"Prometheus at {self.url} is unreachable: {exc}") from None
+        try:
+            body = orjson.loads(r.data)
+        except orjson.JSONDecodeError:
+            raise PrometheusError(
+                f"Prometheus at {self.url} answered HTTP {r.status} with something that is not its API's JSON "
+                "(is this the Prometheus server's address?)"
+            ) from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else None
+            raise PrometheusError(
+                f"Prometheus at {self.url} refused the query (HTTP {r.status}): {error or body!r:.200}"
+            )
+        data = body.get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+            raise PrometheusError(f"Prometheus at {self.url} answered without a result list")
+        return data["result"]
+
+    def vector(self, expr: str) -> dict[str, float]:
+        """An instant query summed by container: {container: value}."""
+        out: dict[str, float] = {}
+        for s in self._get("/api/v1/query", {"query": expr}):
+            try:
+                value = float(s["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            if math.isfinite(value):
+                out[str((s.get("metric") or {}).get("container", ""))] = value
+        return out
+
+    def matrix(self, expr: str, start: float, end: float, step: float) -> dict[str, list[tuple[float, float]]]:
+        out: dict[str, list[tuple[float, float]]] = {}
+        fields = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"}
+        for s in self._get("/api/v1/query_range", fields):
+            points = []
+            for pair in s.get("values") or []:
+                try:
+                    t, v = float(pair[0]), float(pair[1])
+                except (IndexError, TypeError, ValueError):
+                    continue
+                if math.isfinite(v):
+                    points.append((t, v))
+            out[str((s.get("metric") or {}).get("container", ""))] = points
+        return out
+
+
+def _selector(namespace: str, pod: str) -> str:
+    def q(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"')
+
+    return f'{{namespace="{q(namespace)}",pod="{q(pod)}",container!="",container!="POD"}}'
+
+
+def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: float | None = None) -> list[Throttling]:
+    """Each container of the pod over the last `window` seconds, from cAdvisor's counters.
+    [] when Prometheus holds no CFS series for the pod (not scraped, or no CPU limit: the
+    kernel counts CFS periods only for a container with a quota)."""
+    sel, w = _selector(namespace, pod), f"{max(int(window), 60)}s"
+    by = "sum by (container)"
+    periods = prom.vector(f"{by} (increase(container_cpu_cfs_periods_total{sel}[{w}]))")
+    if not periods:
+        return []
+    throttled = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}]))")
+    seconds = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_seconds_total{sel}[{w}]))")
+    used = prom.vector(f"{by} (rate(container_cpu_usage_seconds_total{sel}[{w}]))")
+    p95 = prom.vector(f"quantile_over_time(0.95, ({by} (rate(container_cpu_usage_seconds_total{sel}[1m])))[{w}:15s])")
+    end = time.time() if now is None else now
+    step = max(window / 12, 15.0)
+    share = f"{by} (rate(container_cpu_cfs_throttled_periods_total{sel}[1m])) / {by} (rate(container_cpu_cfs_periods_total{sel}[1m]))"
+    shares = prom.matrix(share, end - window, end, step)
+    rates = prom.matrix(f"{by} (rate(container_cpu_cfs_throttled_seconds_total{sel}[1m]))", end - window, end, step)
+    timeline = {c: [(t, v, dict(rates.get(c, [])).get(t, 0.0)) for t, v in points] for c, points in shares.items()}
+    return [
+        Throttling(
+            container=c,
+            periods=periods[c],
+            throttled_periods=throttled.get(c, 0.0),
+            throttled_seconds=seconds.get(c, 0.0),
+            cpu_avg=used.get(c),
+            cpu_p95=p95.get(c),
+            timeline=timeline.get(c, []),
+        )
+        for c in sorted(periods)
+    ]
