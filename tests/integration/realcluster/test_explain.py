@@ -1,14 +1,17 @@
 """`headroom explain --prometheus` on a real node: a real Prometheus (Debian's, the package
 promtool comes from) scrapes the real kubelet's `/metrics/cadvisor` with a ServiceAccount
 token that may read `nodes/metrics` (the kubelet authorizes it through the API server), and
-the controller's `/metrics`; explain reads the kernel's CFS counters from it."""
+the controller's `/metrics`; explain reads the kernel's CFS counters from it, and every
+query of the chart's Grafana dashboard answers with data."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from chart import TOOLS
@@ -152,5 +155,17 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
         assert re.search(
             r"what-if on this node: at its request 100m: limit \d+m?; at a request of its p95 use", booked
         ), booked
+
+        # Every panel query of the shipped dashboard answers from this Prometheus, with data.
+        dashboard = json.loads((ROOT / "charts" / "kube-headroom" / "files" / "dashboard.json").read_text())
+        empty = []
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets") or []:
+                expr = target["expr"].replace("$namespace", namespace).replace("$pod", ".*")
+                answer = prom.get(f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+                assert answer["status"] == "success", (panel["title"], expr, answer)
+                if not answer["data"]["result"]:
+                    empty.append(f"{panel['title']}: {expr}")
+        assert not empty, empty
     finally:
         prom.stop()
