@@ -14,9 +14,12 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from ruamel.yaml import YAML
+
 from chart import TOOLS
 from cluster_helpers import wait_limits
 from headroom.cluster.api import MERGE_PATCH, Api
+from headroom.testbed.controlplane import free_port
 from headroom.testbed.node import RealNode, busy_pod
 from headroom.testbed.prometheus import PrometheusServer
 from realnode_helpers import wait_running
@@ -63,6 +66,29 @@ def metrics_reader(api: Api) -> str:
     return str(review["status"]["token"])
 
 
+def start_prometheus(
+    api: Api, node: RealNode, metrics_port: int, tmp: Path, rules: list[Path] | None = None
+) -> PrometheusServer:
+    """Prometheus scraping the node's kubelet (/metrics/cadvisor, as monitoring/prometheus)
+    and the controller's /metrics on `metrics_port`, every 2 s."""
+    return PrometheusServer(
+        PROMETHEUS,
+        tmp / "prometheus",
+        [
+            {
+                "job_name": "kubelet-cadvisor",
+                "scheme": "https",
+                "metrics_path": "/metrics/cadvisor",
+                "tls_config": {"insecure_skip_verify": True},  # the kubelet's self-signed serving certificate
+                "authorization": {"credentials": metrics_reader(api)},
+                "static_configs": [{"targets": [f"127.0.0.1:{node.kubelet_port}"]}],
+            },
+            {"job_name": "headroom", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
+        ],
+        rule_files=rules or [],
+    ).start()
+
+
 def explain(kubeconfig: Path, key: str, *args: str) -> str:
     r = subprocess.run(
         [sys.executable, "-m", "headroom", "explain", key, "--kubeconfig", str(kubeconfig), *args],
@@ -86,21 +112,7 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
 ):
     headroom_config()
     controller = start_controller()
-    prom = PrometheusServer(
-        PROMETHEUS,
-        tmp_path / "prometheus",
-        [
-            {
-                "job_name": "kubelet-cadvisor",
-                "scheme": "https",
-                "metrics_path": "/metrics/cadvisor",
-                "tls_config": {"insecure_skip_verify": True},  # the kubelet's self-signed serving certificate
-                "authorization": {"credentials": metrics_reader(api)},
-                "static_configs": [{"targets": [f"127.0.0.1:{real_node.kubelet_port}"]}],
-            },
-            {"job_name": "headroom", "static_configs": [{"targets": [f"127.0.0.1:{controller.metrics_port}"]}]},
-        ],
-    ).start()
+    prom = start_prometheus(api, real_node, controller.metrics_port, tmp_path)
     admin = control_plane.kubeconfig()
     try:
         # A busy pod throttled at a tight static limit, in a namespace Headroom does not manage.
@@ -167,5 +179,51 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
                 if not answer["data"]["result"]:
                     empty.append(f"{panel['title']}: {expr}")
         assert not empty, empty
+    finally:
+        prom.stop()
+
+
+def firing(prom: PrometheusServer) -> set[str]:
+    return {a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"}
+
+
+def test_the_controller_stale_alert_fires_when_the_controller_stops_and_resolves_when_it_is_back(
+    api, real_node: RealNode, headroom_config, start_controller, tmp_path
+):
+    """The chart's alert rules loaded into the real Prometheus, each `for:` set to 0s (the
+    durations are held by promtool's unit tests, tests/alerts/): the controller's metrics
+    gone → HeadroomControllerStale fires; a controller back on the same address → resolved."""
+    groups = YAML(typ="safe").load((ROOT / "charts" / "kube-headroom" / "files" / "alerts.yaml").read_text())
+    for group in groups["groups"]:
+        for rule in group["rules"]:
+            rule["for"] = "0s"
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(json.dumps(groups))
+    headroom_config()
+    port = free_port()
+    controller = start_controller("--metrics-port", str(port))
+    prom = start_prometheus(api, real_node, port, tmp_path, [rules])
+    try:
+        deadline = time.monotonic() + 90
+        while "headroom_heartbeat_timestamp_seconds" not in str(
+            prom.get("/api/v1/query?query=headroom_heartbeat_timestamp_seconds")
+        ) or firing(prom):
+            assert time.monotonic() < deadline, (firing(prom), prom.targets())
+            time.sleep(1)
+        stopped = time.monotonic()
+        controller.stop()
+        while "HeadroomControllerStale" not in firing(prom):
+            assert time.monotonic() - stopped < 60, (firing(prom), prom.targets())
+            time.sleep(1)
+        fired = time.monotonic() - stopped
+        start_controller("--metrics-port", str(port))
+        back = time.monotonic()
+        while "HeadroomControllerStale" in firing(prom):
+            assert time.monotonic() - back < 90, firing(prom)
+            time.sleep(1)
+        print(
+            f"\nHeadroomControllerStale: firing {fired:.1f}s after the stop, resolved {time.monotonic() - back:.1f}s after the restart"
+        )
+        assert firing(prom) == set()
     finally:
         prom.stop()
