@@ -37,15 +37,27 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be built or started; the message says why."""
 
 
-def build_script() -> Path:
-    """tests/testenv/build.sh of the source tree this package runs from (or the cwd's)."""
+def source_script(name: str = "testenv") -> Path:
+    """tests/<name>/build.sh of the source tree this package runs from (or the cwd's)."""
     for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        script = root / "tests" / "testenv" / "build.sh"
+        script = root / "tests" / name / "build.sh"
         if script.exists():
             return script
     raise ControlPlaneError(
-        "tests/testenv/build.sh not found: run from a kube-headroom source checkout (pip install -e .)"
+        f"tests/{name}/build.sh not found: run from a kube-headroom source checkout (pip install -e .)"
     )
+
+
+def build_script() -> Path:
+    return source_script("testenv")
+
+
+def build_quietly(name: str, what: str) -> Path:
+    """Run tests/<name>/build.sh (it builds once, then reuses); the directory it prints."""
+    r = subprocess.run([str(source_script(name))], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ControlPlaneError(f"building {what} failed: {r.stderr.strip()[-2000:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
 
 
 OFFLINE = "without Go, `headroom plan --snapshot examples/cluster-snapshot.yaml` shows the same targets offline"

@@ -24,27 +24,15 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from ..cluster.api import ApiError
-from .controlplane import ControlPlane, ControlPlaneError, _stop, free_port
+from .controlplane import ControlPlane, ControlPlaneError, _stop, build_quietly, free_port
 
 CONTROLLERS = ("source-controller", "kustomize-controller", "helm-controller")
 NAMESPACE = "flux-system"
 
 
-def flux_script() -> Path:
-    """tests/flux/build.sh of the source tree this package runs from (or the cwd's)."""
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        script = root / "tests" / "flux" / "build.sh"
-        if script.exists():
-            return script
-    raise ControlPlaneError("tests/flux/build.sh not found: run from a kube-headroom source checkout")
-
-
 def build_flux() -> Path:
     """Build (or reuse) the Flux controllers; the directory holding them and `crds/`."""
-    r = subprocess.run([str(flux_script())], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ControlPlaneError(f"building the Flux controllers failed: {r.stderr.strip()[-2000:]}")
-    return Path(r.stdout.strip().splitlines()[-1])
+    return build_quietly("flux", "the Flux controllers")
 
 
 class _GitHandler(BaseHTTPRequestHandler):

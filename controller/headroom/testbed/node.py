@@ -47,7 +47,7 @@ from typing import Any
 
 from ..cluster.api import ApiError
 from ..core.quantity import cpu_milli
-from .controlplane import ControlPlane, ControlPlaneError, _stop, free_port
+from .controlplane import ControlPlane, ControlPlaneError, _stop, build_quietly, free_port
 from .images import Entry, busybox_entries, write_image
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
@@ -112,21 +112,9 @@ CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
 _SUBNETS = itertools.count(77)
 
 
-def realnode_script() -> Path:
-    """tests/realnode/build.sh of the source tree this package runs from (or the cwd's)."""
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        script = root / "tests" / "realnode" / "build.sh"
-        if script.exists():
-            return script
-    raise ControlPlaneError("tests/realnode/build.sh not found: run from a kube-headroom source checkout")
-
-
 def build_node() -> Path:
     """Build (or reuse) the node's binaries; the directory holding them."""
-    r = subprocess.run([str(realnode_script())], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ControlPlaneError(f"building the real node failed: {r.stderr.strip()[-2000:]}")
-    return Path(r.stdout.strip().splitlines()[-1])
+    return build_quietly("realnode", "the real node")
 
 
 def unavailable() -> str | None:
