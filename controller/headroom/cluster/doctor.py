@@ -247,9 +247,10 @@ class Install:
     """A release of the chart, found by its labels: where its controller runs and leads,
     and the webhook configuration and Secret that belong to it."""
 
-    namespace: str
+    namespace: str  # the Deployment's
     deployment: str
     instance: str
+    lease_namespace: str
     lease_name: str | None
     webhook_configuration: str | None
     webhook_secret: str | None
@@ -289,9 +290,10 @@ def find_install(api: Api) -> Install | None:
         if exc.status not in (401, 403):
             raise
     return Install(
-        namespace=_flag(args, "lease-namespace") or namespace,
+        namespace=namespace,
         deployment=d["metadata"]["name"],
         instance=instance,
+        lease_namespace=_flag(args, "lease-namespace") or namespace,
         lease_name=_flag(args, "lease-name"),
         webhook_configuration=webhook,
         webhook_secret=_flag(args, "webhook-secret"),
@@ -416,7 +418,7 @@ def checks(
         )
     if lease_namespace is None:
         if install is not None:
-            lease_namespace, lease_name = install.namespace, lease_name or install.lease_name
+            lease_namespace, lease_name = install.lease_namespace, lease_name or install.lease_name
         else:
             lease_namespace = fallback_namespace
     if webhook is None:
