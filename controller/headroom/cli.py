@@ -62,6 +62,10 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.prometheus and args.output != "html":
+        raise UsageError(
+            "--prometheus draws throttled pods on -o html; for one pod, `headroom explain NS/POD --prometheus`"
+        )
     plan = output.filter_plan(
         _snapshot_plan(args),
         node=args.node,
@@ -75,7 +79,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif args.output == "wide":
         print(output.plan_wide(plan))
     elif args.output == "html":
-        print(output.plan_html(plan), end="")
+        throttled = None
+        if args.prometheus:
+            from .api.types import duration_seconds
+            from .cluster.prometheus import Prometheus, PrometheusError, throttled_pods
+
+            try:
+                throttled = throttled_pods(Prometheus(args.prometheus), duration_seconds(args.window) or 3600.0)
+            except PrometheusError as exc:
+                print(f"warning: no throttling on the page: {exc}", file=sys.stderr)
+        print(output.plan_html(plan, throttled), end="")
     elif args.output == "yaml":
         from ruamel.yaml import YAML
 
@@ -426,6 +439,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", help="only pods in this namespace")
     p.add_argument("--reason", help="only pods with this reason (Managed, PoolPaused, BackingOff, ...)")
     p.add_argument("--only-changes", action="store_true", help="only pods the controller would write")
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="with -o html: mark the pods a Prometheus scraping the kubelets' /metrics/cadvisor saw throttled",
+    )
+    p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("explain", help="the arithmetic behind one pod's limit")

@@ -370,9 +370,17 @@ for (const n of plan.nodes) {
     bar.appendChild(d);
   }
   section.appendChild(bar);
+  const throttled = plan.throttled || null;
+  const pct = v => v === undefined ? "-" : `${Math.round(100 * v)}%`;
+  if (throttled) {
+    const hot = plan.pods.filter(p => p.node === n.name && (throttled[`${p.namespace}/${p.name}`] || 0) >= 0.05);
+    const note = document.createElement("p"); note.className = "throttled";
+    note.textContent = hot.length ? "throttled: " + hot.map(p => `${p.namespace}/${p.name} ${pct(throttled[`${p.namespace}/${p.name}`])}`).join(", ") : "no pod throttled in 5% or more of its CPU periods";
+    section.appendChild(note);
+  }
   const table = document.createElement("table");
   const head = table.insertRow();
-  for (const t of ["pod", "reason", "request", "current limit", "target", "write"]) {
+  for (const t of ["pod", "reason", "request", "current limit", "target", "write", ...(throttled ? ["throttled"] : [])]) {
     const th = document.createElement("th"); th.textContent = t; head.appendChild(th);
   }
   for (const p of plan.pods.filter(p => p.node === n.name)) {
@@ -380,7 +388,9 @@ for (const n of plan.nodes) {
       : p.containers.reduce((s, c) => s + (c.currentLimitMilli || 0), 0);
     const row = table.insertRow(); row.className = "pod"; row.dataset.pod = `${p.namespace}/${p.name}`;
     const write = !p.managed ? "-" : !p.apply ? "no" : n.dryRun ? "dry-run" : "yes";
-    for (const v of [`${p.namespace}/${p.name}`, p.reason, cores(p.requestMilli), cores(current), cores(p.targetLimitMilli), write]) {
+    const cells = [`${p.namespace}/${p.name}`, p.reason, cores(p.requestMilli), cores(current), cores(p.targetLimitMilli), write];
+    if (throttled) cells.push(pct(throttled[`${p.namespace}/${p.name}`]));
+    for (const v of cells) {
       row.insertCell().textContent = v;
     }
     row.cells[5].className = "write";
@@ -393,9 +403,13 @@ document.body.dataset.rendered = "yes";
 """
 
 
-def plan_html(plan: ClusterPlan) -> str:
+def plan_html(plan: ClusterPlan, throttled: dict[str, float] | None = None) -> str:
     """One self-contained page: per node a bar of booked / managed / slack CPU, per pod
-    request → current → target. The data is embedded as JSON (with `<` escaped, so no
-    pod or namespace name can close the script) and drawn with textContent only."""
-    data = json.dumps(plan_json(plan)).replace("<", "\\u003c")
-    return _HTML.replace("__PLAN__", data)
+    request → current → target, and with `throttled` (namespace/pod → share of CFS periods
+    throttled, from Prometheus) a throttled column and the node's throttled pods under its
+    bar. The data is embedded as JSON (with `<` escaped, so no pod or namespace name can
+    close the script) and drawn with textContent only."""
+    data = plan_json(plan)
+    if throttled is not None:
+        data["throttled"] = {k: round(v, 4) for k, v in throttled.items()}
+    return _HTML.replace("__PLAN__", json.dumps(data).replace("<", "\\u003c"))

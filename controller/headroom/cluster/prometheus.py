@@ -134,3 +134,25 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
         )
         for c in sorted(periods)
     ]
+
+
+def throttled_pods(prom: Prometheus, window: float) -> dict[str, float]:
+    """{namespace/pod: share of its containers' CFS periods throttled} over the last
+    `window` seconds, for every pod Prometheus has CFS counters of."""
+    w = f"{max(int(window), 60)}s"
+    sel = '{container!="",container!="POD"}'
+    by = "sum by (namespace, pod)"
+    expr = (
+        f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}])) / "
+        f"{by} (increase(container_cpu_cfs_periods_total{sel}[{w}]))"
+    )
+    out: dict[str, float] = {}
+    for s in prom._get("/api/v1/query", {"query": expr}):
+        metric = s.get("metric") or {}
+        try:
+            value = float(s["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if math.isfinite(value) and metric.get("namespace") and metric.get("pod"):
+            out[f"{metric['namespace']}/{metric['pod']}"] = value
+    return out

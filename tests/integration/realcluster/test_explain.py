@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from browser import rendered
 from chart import TOOLS
 from cluster_helpers import wait_limits
 from headroom.cluster.api import MERGE_PATCH, Api
@@ -167,6 +168,23 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
         assert re.search(
             r"what-if on this node: at its request 100m: limit \d+m?; at a request of its p95 use", booked
         ), booked
+
+        # plan -o html --prometheus: the node's throttled pods under its bar, a throttled column.
+        page = tmp_path / "plan.html"
+        r = subprocess.run(
+            [sys.executable, "-m", "headroom", "plan", "--kubeconfig", str(admin), "-o", "html",
+             "--prometheus", prom.url, "--window", "3m"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        page.write_text(r.stdout)
+        dom = rendered(page)
+        section = dom[dom.index(f'data-node="{real_node.name}"') :]
+        section = section[: section.index("</section>")]
+        note = re.search(rf'class="throttled">throttled: [^<]*{namespace}/busy (\d+)%', section)
+        assert note is not None and int(note[1]) >= 5, section
+        row = re.search(rf'data-pod="{namespace}/busy">(.*?)</tr>', section)
+        assert row is not None and row[1].endswith(f"<td>{note[1]}%</td>"), section
 
         # Every panel query of the shipped dashboard answers from this Prometheus, with data.
         dashboard = json.loads((ROOT / "charts" / "kube-headroom" / "files" / "dashboard.json").read_text())
