@@ -61,6 +61,16 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
     )
 
 
+def _window(args: argparse.Namespace) -> float:
+    """--window in seconds; a usage error unless it is a positive duration."""
+    from .api.types import duration_seconds
+
+    window = duration_seconds(args.window) if args.window else 0.0
+    if window <= 0:
+        raise UsageError(f"--window {args.window!r}: use a duration such as 10m or 1h")
+    return window
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.prometheus and args.output != "html":
         raise UsageError(
@@ -81,11 +91,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif args.output == "html":
         throttled = None
         if args.prometheus:
-            from .api.types import duration_seconds
             from .cluster.prometheus import Prometheus, PrometheusError, throttled_pods
 
             try:
-                throttled = throttled_pods(Prometheus(args.prometheus), duration_seconds(args.window) or 3600.0)
+                throttled = throttled_pods(Prometheus(args.prometheus), _window(args))
             except PrometheusError as exc:
                 print(f"warning: no throttling on the page: {exc}", file=sys.stderr)
         print(output.plan_html(plan, throttled), end="")
@@ -101,12 +110,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .api.types import duration_seconds
-
     key = args.pod if "/" in args.pod else f"{args.namespace}/{args.pod}"
-    window = duration_seconds(args.window) if args.window else 0.0
-    if window <= 0:
-        raise UsageError(f"--window {args.window!r}: use a duration such as 10m or 1h")
+    window = _window(args)
     plan = _snapshot_plan(args)
     text = output.explain(plan, key)
     if text is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -347,3 +348,26 @@ def test_the_typed_decoder_matches_on_realistic_pods_and_passes_errors_through()
         "metadata": {"resourceVersion": "5"},
         "items": [],
     }
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_json, max_size=4))
+def test_garbage_in_a_prometheus_answer_is_skipped_never_raised(result):
+    """What `explain --prometheus` reads from a Prometheus answer: any JSON at all in the
+    result list, and only well-formed finite samples come out."""
+    from headroom.cluster.prometheus import matrix_of, vector_of
+
+    for value in vector_of(result, ("namespace", "pod")).values():
+        assert math.isfinite(value)
+    for points in matrix_of(result).values():
+        assert all(math.isfinite(t) and math.isfinite(v) for t, v in points)
+    good = {"metric": {"container": "app"}, "value": [1.0, "0.5"], "values": [[1.0, "0.25"], [2.0, "NaN"]]}
+    assert vector_of([*result, good], ("container",))["app"] == 0.5
+    assert matrix_of([*result, good])["app"] == [(1.0, 0.25)]

@@ -68,32 +68,60 @@ class Prometheus:
             raise PrometheusError(f"Prometheus at {self.url} answered without a result list")
         return data["result"]
 
-    def vector(self, expr: str) -> dict[str, float]:
-        """An instant query summed by container: {container: value}."""
-        out: dict[str, float] = {}
-        for s in self._get("/api/v1/query", {"query": expr}):
-            try:
-                value = float(s["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
-                continue
-            if math.isfinite(value):
-                out[str((s.get("metric") or {}).get("container", ""))] = value
-        return out
+    def vector(self, expr: str, *labels: str) -> dict[str, float]:
+        """An instant query: {the series' `labels` joined by '/': value}."""
+        return vector_of(self._get("/api/v1/query", {"query": expr}), labels)
 
     def matrix(self, expr: str, start: float, end: float, step: float) -> dict[str, list[tuple[float, float]]]:
-        out: dict[str, list[tuple[float, float]]] = {}
+        """A range query: {the series' container: [(unix time, value)]}."""
         fields = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"}
-        for s in self._get("/api/v1/query_range", fields):
-            points = []
-            for pair in s.get("values") or []:
-                try:
-                    t, v = float(pair[0]), float(pair[1])
-                except (IndexError, TypeError, ValueError):
-                    continue
-                if math.isfinite(v):
+        return matrix_of(self._get("/api/v1/query_range", fields))
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _key(series: Any, labels: tuple[str, ...]) -> str | None:
+    metric = series.get("metric") if isinstance(series, dict) else None
+    if not isinstance(metric, dict):
+        return None
+    return "/".join(str(metric.get(label, "")) for label in labels)
+
+
+def vector_of(result: list[Any], labels: tuple[str, ...]) -> dict[str, float]:
+    """An instant query's result list as {key: value}; series that are not what the API
+    documents are skipped, never raised on."""
+    out: dict[str, float] = {}
+    for series in result:
+        key = _key(series, labels)
+        value = series.get("value") if key is not None else None
+        number = _number(value[1]) if isinstance(value, list) and len(value) == 2 else None
+        if key is not None and number is not None:
+            out[key] = number
+    return out
+
+
+def matrix_of(result: list[Any]) -> dict[str, list[tuple[float, float]]]:
+    """A range query's result list as {container: [(time, value)]}, skipping what is malformed."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for series in result:
+        key = _key(series, ("container",))
+        values = series.get("values") if key is not None else None
+        if key is None or not isinstance(values, list):
+            continue
+        points = []
+        for pair in values:
+            if isinstance(pair, list) and len(pair) == 2:
+                t, v = _number(pair[0]), _number(pair[1])
+                if t is not None and v is not None:
                     points.append((t, v))
-            out[str((s.get("metric") or {}).get("container", ""))] = points
-        return out
+        out[key] = points
+    return out
 
 
 def _selector(namespace: str, pod: str) -> str:
@@ -109,13 +137,15 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
     kernel counts CFS periods only for a container with a quota)."""
     sel, w = _selector(namespace, pod), f"{max(int(window), 60)}s"
     by = "sum by (container)"
-    periods = prom.vector(f"{by} (increase(container_cpu_cfs_periods_total{sel}[{w}]))")
+    periods = prom.vector(f"{by} (increase(container_cpu_cfs_periods_total{sel}[{w}]))", "container")
     if not periods:
         return []
-    throttled = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}]))")
-    seconds = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_seconds_total{sel}[{w}]))")
-    used = prom.vector(f"{by} (rate(container_cpu_usage_seconds_total{sel}[{w}]))")
-    p95 = prom.vector(f"quantile_over_time(0.95, ({by} (rate(container_cpu_usage_seconds_total{sel}[1m])))[{w}:15s])")
+    throttled = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}]))", "container")
+    seconds = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_seconds_total{sel}[{w}]))", "container")
+    used = prom.vector(f"{by} (rate(container_cpu_usage_seconds_total{sel}[{w}]))", "container")
+    p95 = prom.vector(
+        f"quantile_over_time(0.95, ({by} (rate(container_cpu_usage_seconds_total{sel}[1m])))[{w}:15s])", "container"
+    )
     end = time.time() if now is None else now
     step = max(window / 12, 15.0)
     share = f"{by} (rate(container_cpu_cfs_throttled_periods_total{sel}[1m])) / {by} (rate(container_cpu_cfs_periods_total{sel}[1m]))"
@@ -146,13 +176,5 @@ def throttled_pods(prom: Prometheus, window: float) -> dict[str, float]:
         f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}])) / "
         f"{by} (increase(container_cpu_cfs_periods_total{sel}[{w}]))"
     )
-    out: dict[str, float] = {}
-    for s in prom._get("/api/v1/query", {"query": expr}):
-        metric = s.get("metric") or {}
-        try:
-            value = float(s["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        if math.isfinite(value) and metric.get("namespace") and metric.get("pod"):
-            out[f"{metric['namespace']}/{metric['pod']}"] = value
-    return out
+    found = prom.vector(expr, "namespace", "pod")
+    return {key: share for key, share in found.items() if not key.startswith("/") and not key.endswith("/")}

@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from browser import rendered
 from chart import TOOLS
 from cluster_helpers import wait_limits
-from headroom.cluster.api import MERGE_PATCH, Api
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from headroom.testbed.controlplane import free_port
 from headroom.testbed.node import RealNode, busy_pod
 from headroom.testbed.prometheus import PrometheusServer
@@ -57,8 +57,8 @@ def metrics_reader(api: Api) -> str:
     ):
         try:
             api.post(path, body)
-        except Exception as exc:  # already there from an earlier test of the session
-            if getattr(exc, "status", None) != 409:
+        except ApiError as exc:  # already there from an earlier test of the session
+            if exc.status != 409:
                 raise
     review = api.post(
         "/api/v1/namespaces/monitoring/serviceaccounts/prometheus/token",
