@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 from pathlib import Path
@@ -221,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         status_annotation=args.status_annotation,
         pod_metrics=args.pod_metrics,
+        resize_lag_seconds=args.resize_lag_seconds,
         identity=args.identity or "",
         leader_elect=args.leader_elect,
         lease_namespace=args.lease_namespace or _own_namespace(),
@@ -337,6 +339,16 @@ def _flag_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0, e.g. 60")
+    return value
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
@@ -385,9 +397,18 @@ def parser() -> argparse.ArgumentParser:
         default=False,
         type=_flag_bool,
         metavar="true|false",
-        help="export headroom_pod_limit_cores, one series per computed container of every managed pod "
-        "(default false: two series per pod of two containers, 300,000 at 150,000 pods; the kubelet's "
-        "container_spec_cpu_quota already shows each container's applied limit)",
+        help="export headroom_pod_limit_cores and headroom_pod_applied_limit_cores, each one series per "
+        "computed container of every managed pod (default false: four series per pod of two containers, "
+        "600,000 at 150,000 pods; the kubelet's container_spec_cpu_quota already shows each container's "
+        "applied limit)",
+    )
+    p.add_argument(
+        "--resize-lag-seconds",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="headroom_resize_lag_pods counts managed pods whose kubelet has reported another CPU limit "
+        "applied than the spec's for longer than this (default 60)",
     )
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
     p.add_argument(

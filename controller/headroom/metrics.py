@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
@@ -12,7 +13,15 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from .cluster.writer import APPLIED, CONFLICT, ERROR, INFEASIBLE, INVALID, QUOTA_DENIED, THROTTLED
 from .core.planner import NodePlan
+from .engine.reconciler import WOULD_APPLY
+
+# The outcomes headroom_resizes_total counts: what a write ends in, and what a dry run counts.
+OUTCOMES = (
+    *((r, "false") for r in (APPLIED, INFEASIBLE, QUOTA_DENIED, INVALID, CONFLICT, THROTTLED, ERROR)),
+    (WOULD_APPLY, "true"),
+)
 
 
 @dataclass
@@ -22,10 +31,15 @@ class _NodeSeries:
     managed: int = 0
     pending: int = 0
     deferred: int = 0
+    # managed pods whose kubelet reports another CPU limit applied than the spec's -> since when
+    lagging: dict[str, float] = field(default_factory=dict)
+    running: set[tuple[str, str, str]] = field(default_factory=set)  # (namespace, pod, container) applied series
 
 
 class Metrics:
-    def __init__(self, pod_series: bool = False) -> None:
+    def __init__(
+        self, pod_series: bool = False, lag_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         r = self.registry = CollectorRegistry()
         self.node_factor = Gauge(
             "headroom_node_factor",
@@ -51,12 +65,27 @@ class Metrics:
             if pod_series
             else None
         )
+        self.pod_applied = (
+            Gauge(
+                "headroom_pod_applied_limit_cores",
+                "CPU limit the kubelet reports applied (status.containerStatuses[].resources) to each running "
+                "computed container of a managed pod, in cores; 0: none.",
+                ["namespace", "pod", "container"],
+                registry=r,
+            )
+            if pod_series
+            else None
+        )
         self.resizes = Counter(
             "headroom_resizes",
             "Resize attempts by outcome; dry_run=true counts what would have been written.",
             ["result", "dry_run"],
             registry=r,
         )
+        # Every outcome exported from the start at 0: a rate or increase() over the first
+        # failure of a kind would otherwise miss it (the series appears already at 1).
+        for result, dry_run in OUTCOMES:
+            self.resizes.labels(result, dry_run)
         self.reconcile_seconds = Histogram(
             "headroom_reconcile_duration_seconds",
             "Time to reconcile one node, writes included.",
@@ -78,6 +107,15 @@ class Metrics:
             "cannot fit it now.",
             registry=r,
         )
+        self.lag_seconds = lag_seconds
+        self._clock = clock
+        self.resize_lag = Gauge(
+            "headroom_resize_lag_pods",
+            f"Managed pods whose kubelet has reported another CPU limit applied than the spec's for more than "
+            f"{lag_seconds:g}s (headroom run --resize-lag-seconds).",
+            registry=r,
+        )
+        self.resize_lag.set_function(self.lagging)
         self.queue_depth = Gauge("headroom_workqueue_depth", "Nodes waiting to be reconciled.", registry=r)
         self.lane_depth = Gauge(
             "headroom_low_priority_writes_pending",
@@ -133,34 +171,49 @@ class Metrics:
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool
         pods: set[tuple[str, str, str]] = set()
+        running: set[tuple[str, str, str]] = set()
         managed = pending = deferred = 0
-        gauge = self.pod_limit
+        lagging: dict[str, float] = {}
+        was = self._nodes.get(name)
+        since = was.lagging if was is not None else {}
+        gauge, applied_gauge = self.pod_limit, self.pod_applied
         for pp in plan.pods:
             t = pp.target
             if t is None:
                 continue
             managed += 1
-            pending += pp.pod.resize_pending
-            deferred += pp.pod.resize_deferred
-            if gauge is None:
+            pod = pp.pod
+            pending += pod.resize_pending
+            deferred += pod.resize_deferred
+            if pod.applied is not None:
+                lagging[pod.key] = since.get(pod.key) or self._clock()
+            if gauge is None or applied_gauge is None:
                 continue
             if t.pod_level:
-                key = (pp.pod.namespace, pp.pod.name, "")
+                key = (pod.namespace, pod.name, "")
                 pods.add(key)
                 gauge.labels(*key).set(t.target / 1000)
+            applied = dict(pod.applied or ())
             for c in t.containers:
-                key = (pp.pod.namespace, pp.pod.name, c.name)
+                key = (pod.namespace, pod.name, c.name)
                 pods.add(key)
                 gauge.labels(*key).set(c.target / 1000)
+                # what the kubelet reports applied to a running container: the spec's limit
+                # unless it reports another (pod.applied names only running containers)
+                if pod.phase == "Running" and not t.pod_level and (not applied or c.name in applied):
+                    running.add(key)
+                    applied_gauge.labels(*key).set(applied.get(c.name, c.current or 0) / 1000)
         with self._lock:
             old = self._nodes.get(name)
             if old is not None:
-                if gauge is not None:
+                if gauge is not None and applied_gauge is not None:
                     for key in old.pods - pods:
                         gauge.remove(*key)
+                    for key in old.running - running:
+                        applied_gauge.remove(*key)
                 if old.pool != pool:
                     self._drop_node_series(name, old.pool)
-            self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred)
+            self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred, lagging, running)
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
             self._count(new, 1)  # before the old part goes: the pool's series never blinks
@@ -177,11 +230,20 @@ class Metrics:
             old = self._nodes.pop(node, None)
             if old is None:
                 return
-            if self.pod_limit is not None:
+            if self.pod_limit is not None and self.pod_applied is not None:
                 for key in old.pods:
                     self.pod_limit.remove(*key)
+                for key in old.running:
+                    self.pod_applied.remove(*key)
             self._drop_node_series(node, old.pool)
             self._count(old, -1)
+
+    def lagging(self) -> int:
+        """Managed pods whose kubelet has reported another CPU limit applied than the spec's
+        for longer than `lag_seconds` (read at each scrape, so time passing counts)."""
+        cutoff = self._clock() - self.lag_seconds
+        with self._lock:
+            return sum(1 for n in self._nodes.values() for t in n.lagging.values() if t <= cutoff)
 
     def _count(self, series: _NodeSeries, sign: int) -> None:
         """Add (`sign` 1) or take away (-1) one node's part of the totals."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from .core.quantity import format_milli
-from .core.records import INIT
+from .core.records import INIT, Pod
 from .core.release import current_limit
 
 if TYPE_CHECKING:
@@ -28,6 +28,20 @@ def node_json(n: NodePlan) -> dict[str, Any]:
         "managedPods": s.managed_pods,
         "factor": round(s.factor, 2),
         "dryRun": n.settings.dry_run,
+    }
+
+
+def applied_limits(pod: Pod) -> dict[str, int | None]:
+    """The CPU limit the kubelet reports applied per running app container, in millicores
+    (None: no limit). A pod keeps the kubelet's figures only where they differ from the
+    spec's; every other running container is taken to run with its spec's limit."""
+    if pod.phase != "Running" or pod.pod_level is not None:
+        return {}
+    differs = dict(pod.applied or ())
+    return {
+        c.name: (differs[c.name] or None) if c.name in differs else c.cpu_limit
+        for c in pod.containers
+        if c.kind != INIT and (not differs or c.name in differs)
     }
 
 
@@ -116,6 +130,15 @@ def table(rows: list[list[str]]) -> str:
 
 
 def _current(p: PodPlan) -> str:
+    """The pod's CPU limit in its spec; and what the kubelet applied, when that differs."""
+    if p.pod.applied is None:
+        return _spec_limit(p)
+    applied = applied_limits(p.pod)
+    total = None if any(v is None for v in applied.values()) else sum(v or 0 for v in applied.values())
+    return f"{_spec_limit(p)} (kubelet: {'none' if total is None else format_milli(total)})"
+
+
+def _spec_limit(p: PodPlan) -> str:
     t = p.target
     if t is None:  # what the pod runs with now, whoever set it
         now = current_limit(p.pod)
@@ -166,9 +189,10 @@ def plan_table(plan: ClusterPlan) -> str:
 
 def plan_wide(plan: ClusterPlan) -> str:
     """The table, then one row per container: what each gets and whether it is written."""
-    rows = [["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "TARGET", "WRITE"]]
+    rows = [["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "APPLIED", "TARGET", "WRITE"]]
     dry_run = {pp.pod.key: n.settings.dry_run for n in plan.nodes for pp in n.pods}
     for p in plan.all_pods():
+        applied = applied_limits(p.pod)
         for c in pod_json(p)["containers"]:
             target = c["targetLimitMilli"]
             write = (
@@ -181,11 +205,20 @@ def plan_wide(plan: ClusterPlan) -> str:
                     c["name"],
                     format_milli(c["requestMilli"]),
                     "-" if c["currentLimitMilli"] is None else format_milli(c["currentLimitMilli"]),
+                    _applied_cell(p.pod, c["name"], applied),
                     "-" if target is None else format_milli(target),
                     write,
                 ]
             )
     return plan_table(plan) + "\n\n" + table(rows)
+
+
+def _applied_cell(pod: Pod, container: str, applied: dict[str, int | None]) -> str:
+    """The wide table's APPLIED: the kubelet's limit; "-" for a container not running."""
+    if container not in applied:
+        return "-"
+    v = applied[container]
+    return "none" if v is None else format_milli(v)
 
 
 def explain(plan: ClusterPlan, key: str) -> str | None:
@@ -242,9 +275,13 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         lines.append(
             f"  pod-level limit: {cur} -> {format_milli(t.target)}{'' if t.apply else ' (within deadband, not written)'}"
         )
+    applied = applied_limits(p.pod) if p.pod.applied is not None else {}
     for c in t.containers:
         cur = format_milli(c.current) if c.current is not None else "none"
         note = "" if c.apply else " (within deadband)"
+        if c.name in applied:
+            v = applied[c.name]
+            note += f" (the kubelet reports {'none' if v is None else format_milli(v)} applied)"
         lines.append(
             f"  container {c.name}: request {format_milli(c.request)}, limit {cur} -> {format_milli(c.target)}{note}"
         )

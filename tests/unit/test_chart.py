@@ -216,7 +216,7 @@ def test_alert_rules_pass_promtool_check_and_unit_tests():
     check = subprocess.run(
         [str(PROMTOOL), "check", "rules", str(CHART / "files" / "alerts.yaml")], capture_output=True, text=True
     )
-    assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, check.stdout + check.stderr
     test = subprocess.run(
         [str(PROMTOOL), "test", "rules", "alerts_test.yaml"],
         capture_output=True,
@@ -230,6 +230,7 @@ def test_alert_rules_pass_promtool_check_and_unit_tests():
         "HeadroomResizesFailing",
         "HeadroomResizesPendingTooLong",
         "HeadroomResizesDeferred",
+        "HeadroomResizeLagging",
         "HeadroomControllerStale",
     ]
 

@@ -344,10 +344,10 @@ def test_plan_wide_shows_each_container_and_which_are_written():
     r = headroom("plan", "--snapshot", "examples/cluster-snapshot.yaml", "-o", "wide")
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.split("\n\n")[-1].splitlines()]
-    assert rows[0] == ["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "TARGET", "WRITE"]
+    assert rows[0] == ["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "APPLIED", "TARGET", "WRITE"]
     by = {(row[1], row[2]): row[3:] for row in rows[1:]}
-    assert by[("web-7f9c-a", "istio-proxy")] == ["100m", "200m", "-", "-"]  # excluded by name: keeps its limit
-    assert by[("build-a", "build")] == ["500m", "-", "1500m", "yes"]
+    assert by[("web-7f9c-a", "istio-proxy")] == ["100m", "200m", "200m", "-", "-"]  # excluded by name: keeps its limit
+    assert by[("build-a", "build")] == ["500m", "-", "none", "1500m", "yes"]
 
 
 def test_plan_and_explain_read_vpas_limit_ranges_and_quotas_from_a_snapshot(tmp_path):

@@ -58,3 +58,65 @@ def test_pods_managed_and_pending_match_a_recount_after_any_sequence(steps):
         want[f'headroom_pods_managed{{pool="{p}"}}'] += managed
     want["headroom_pending_resizes"] = float(sum(pending for _, _, pending in nodes.values()))
     assert _scrape(m) == want
+
+
+def _lagging_pod(name: str, applied: str | None):
+    """A managed running pod whose spec limit is 1 and whose kubelet reports `applied`
+    (None: the kubelet reports the spec's limit)."""
+    raw = pod(name=name, containers=[container("app", cpu="100m", limit="1")])
+    limits = {"cpu": applied or "1"}
+    raw["status"]["containerStatuses"] = [
+        {"name": "app", "state": {"running": {}}, "resources": {"requests": {"cpu": "100m"}, "limits": limits}}
+    ]
+    if applied is not None:  # a resize the node cannot fit now
+        raw["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]
+    return pod_from_dict(raw)
+
+
+def _node_plan(*pods):
+    return plan_node(node_from_dict(node(name="n1", cpu="8")), list(pods), NS, Settings(), pod_level_resize=False)
+
+
+def _series(m: Metrics, name: str) -> dict[str, float]:
+    out = {}
+    for line in generate_latest(m.registry).decode().splitlines():
+        if line.startswith(name):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_resize_lag_counts_pods_whose_applied_limit_differs_for_longer_than_the_bound():
+    now = [1000.0]
+    m = Metrics(pod_series=True, lag_seconds=60, clock=lambda: now[0])
+    m.observe_node(_node_plan(_lagging_pod("a", "200m"), _lagging_pod("b", None)))
+    assert _series(m, "headroom_resize_lag_pods") == {"headroom_resize_lag_pods": 0.0}  # not yet for long
+    now[0] += 59
+    m.observe_node(_node_plan(_lagging_pod("a", "200m"), _lagging_pod("b", None)))  # another pass keeps the start
+    assert _series(m, "headroom_resize_lag_pods")["headroom_resize_lag_pods"] == 0.0
+    now[0] += 1  # time alone moves the count: it is read at the scrape
+    assert _series(m, "headroom_resize_lag_pods")["headroom_resize_lag_pods"] == 1.0
+    assert _series(m, "headroom_pod_applied_limit_cores") == {
+        'headroom_pod_applied_limit_cores{container="app",namespace="team",pod="a"}': 0.2,
+        'headroom_pod_applied_limit_cores{container="app",namespace="team",pod="b"}': 1.0,
+    }
+    assert len(_series(m, "headroom_pod_limit_cores{")) == 2  # the targets of a and b
+    m.observe_node(_node_plan(_lagging_pod("a", None)))  # applied at last; b gone
+    assert _series(m, "headroom_resize_lag_pods")["headroom_resize_lag_pods"] == 0.0
+    assert _series(m, "headroom_pod_applied_limit_cores") == {
+        'headroom_pod_applied_limit_cores{container="app",namespace="team",pod="a"}': 1.0
+    }
+    m.observe_node(_node_plan(_lagging_pod("a", "300m")))  # a new disagreement starts a new clock
+    now[0] += 30
+    assert _series(m, "headroom_resize_lag_pods")["headroom_resize_lag_pods"] == 0.0
+    m.forget_node("n1")
+    now[0] += 60
+    assert _series(m, "headroom_resize_lag_pods")["headroom_resize_lag_pods"] == 0.0
+    assert _series(m, "headroom_pod_applied_limit_cores") == {}
+
+
+def test_every_resize_outcome_is_exported_at_zero_before_the_first():
+    """An increase() over the first failure of a kind sees it only if the series was there."""
+    series = _series(Metrics(), "headroom_resizes_total")
+    assert len(series) == 8 and set(series.values()) == {0.0}
+    assert 'headroom_resizes_total{dry_run="false",result="quota-denied"}' in series

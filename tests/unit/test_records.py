@@ -173,7 +173,7 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
         other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
         assert base.same_inputs(other) is (f.name in ignored), f.name
         # a decision stands across what only status counts: the kubelet's answer to a write
-        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred", "unapplied"}), (
+        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred", "unapplied", "applied"}), (
             f.name
         )
 
@@ -226,3 +226,15 @@ def test_a_resize_the_kubelet_observed_but_never_applied_is_seen_and_counted_pen
     in_progress = [{"type": "PodResizeInProgress", "status": "True"}]
     assert _kubelet_says("260m", conditions=in_progress).unapplied is None
     assert _kubelet_says("260m", running=False).unapplied is None  # nothing applied to a container not running
+
+
+def test_what_the_kubelet_applied_is_kept_whenever_it_differs_from_the_spec_in_flight_or_not():
+    """`applied` is what plan and the resize-lag metric show: set whenever the kubelet
+    reports another CPU limit applied to a running container, resize in flight or not."""
+    assert _kubelet_says("260m").applied == (("app", 260),)
+    assert _kubelet_says("260m", generation=3, observed=2).applied == (("app", 260),)
+    deferred = [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]
+    p = _kubelet_says("260m", conditions=deferred)
+    assert p.applied == (("app", 260),) and p.resize_deferred and p.unapplied is None
+    assert _kubelet_says("100m").applied is None
+    assert _kubelet_says("260m", running=False).applied is None

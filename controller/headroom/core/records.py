@@ -92,6 +92,10 @@ class Pod:
     # while the kubelet was restarting is lost so). None in the usual case. Counted as
     # pending; the reconciler sends such a resize again (docs/controller.md).
     unapplied: tuple[tuple[str, int], ...] | None = None
+    # The same (container, applied CPU limit) pairs whenever one differs from the spec,
+    # resize in flight or not: what `plan` and the resize-lag metric show. None in the
+    # usual case; the same tuple as `unapplied` when that is set.
+    applied: tuple[tuple[str, int], ...] | None = None
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything the node's plan reads, status counts included (whether a
@@ -101,6 +105,7 @@ class Pod:
             and self.resize_pending == other.resize_pending
             and self.resize_deferred == other.resize_deferred
             and self.unapplied == other.unapplied
+            and self.applied == other.applied
         )
 
     def same_decision(self, other: Pod) -> bool:
@@ -430,10 +435,12 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
                 refused_generation = _generation(
                     cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
                 )
-    unapplied = None
-    if not pending and pod_level is None and status.get("phase") == "Running" and "containerStatuses" in status:
-        unapplied = _unapplied(obj, status["containerStatuses"], app)
-        pending = unapplied is not None  # written, not applied
+    unapplied = applied = None
+    if pod_level is None and status.get("phase") == "Running" and "containerStatuses" in status:
+        applied = _unapplied(obj, status["containerStatuses"], app)
+        if not pending:
+            unapplied = applied
+            pending = unapplied is not None  # written, not applied
     resized = False
     for entry in meta.get("managedFields") or ():
         if entry.get("manager") == keys.FIELD_MANAGER and entry.get("subresource") == "resize":
@@ -474,6 +481,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         original_limits=annotations.get(keys.ORIGINAL_KEY),
         resized_by_headroom=resized,
         unapplied=unapplied,
+        applied=applied,
     )
 
 

@@ -80,6 +80,8 @@ class Options:
     webhook_cert_check: float = 3600.0
     status_annotation: bool = True  # write kube-headroom.dev/status on managed pods
     pod_metrics: bool = False  # export headroom_pod_limit_cores (a series per managed container)
+    # how long a managed pod's applied and spec CPU limits may differ before headroom_resize_lag_pods counts it
+    resize_lag_seconds: float = 60.0
 
 
 def own_cert_dir(cert_dir: Path) -> Path | None:
@@ -110,7 +112,7 @@ class Controller:
         self.retry = RetryDelay()
         self.facts = ServerFacts(None, False)
         self._pod_level_cluster = False
-        self.metrics = Metrics(pod_series=self.options.pod_metrics)
+        self.metrics = Metrics(pod_series=self.options.pod_metrics, lag_seconds=self.options.resize_lag_seconds)
         self.metrics.queue_depth.set_function(self.queue.depth)
         self.elector: LeaderElector | None = None
         if self.options.leader_elect:
