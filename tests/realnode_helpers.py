@@ -4,12 +4,16 @@ controllers create them, and what the kernel gives their containers."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
-from headroom.cluster.api import Api, pod_path
+from chart import TOOLS
+from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.testbed.node import RealNode, busy_pod
+from headroom.testbed.prometheus import PrometheusServer
 
 PERIOD_US = 100_000  # the kubelet's CFS period
+PROMETHEUS = TOOLS / "usr" / "bin" / "prometheus"
 
 
 def wait_running(api: Api, ns: str, name: str, timeout: float = 60) -> dict[str, Any]:
@@ -100,3 +104,69 @@ def deploy(
             return pods
         assert time.monotonic() < deadline, [p["status"] for p in pods]
         time.sleep(0.5)
+
+
+def metrics_reader(api: Api) -> str:
+    """A token of ServiceAccount monitoring/prometheus, bound to a ClusterRole that may get
+    nodes/metrics and nothing else: what a Prometheus in the cluster needs for cAdvisor."""
+    for path, body in (
+        ("/api/v1/namespaces", {"metadata": {"name": "monitoring"}}),
+        ("/api/v1/namespaces/monitoring/serviceaccounts", {"metadata": {"name": "prometheus"}}),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "metadata": {"name": "prometheus-kubelet"},
+                "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}],
+            },
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": "prometheus-kubelet"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "prometheus-kubelet",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+            },
+        ),
+    ):
+        try:
+            api.post(path, body)
+        except ApiError as exc:  # already there from an earlier test of the session
+            if exc.status != 409:
+                raise
+    review = api.post(
+        "/api/v1/namespaces/monitoring/serviceaccounts/prometheus/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
+    return str(review["status"]["token"])
+
+
+def start_prometheus(
+    api: Api, node: RealNode, metrics_port: int, tmp: Path, rules: list[Path] | None = None
+) -> PrometheusServer:
+    """Prometheus scraping the node's kubelet (/metrics/cadvisor, as monitoring/prometheus)
+    and the controller's /metrics on `metrics_port`, every 2 s."""
+    return PrometheusServer(
+        PROMETHEUS,
+        tmp / "prometheus",
+        [
+            {
+                "job_name": "kubelet-cadvisor",
+                "scheme": "https",
+                "metrics_path": "/metrics/cadvisor",
+                "tls_config": {"insecure_skip_verify": True},  # the kubelet's self-signed serving certificate
+                "authorization": {"credentials": metrics_reader(api)},
+                "static_configs": [{"targets": [f"127.0.0.1:{node.kubelet_port}"]}],
+            },
+            {"job_name": "headroom", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
+        ],
+        rule_files=rules or [],
+    ).start()
+
+
+def firing(prom: PrometheusServer) -> set[str]:
+    """The names of the alerts Prometheus says are firing now."""
+    return {a["labels"]["alertname"] for a in prom.get("/api/v1/alerts")["data"]["alerts"] if a["state"] == "firing"}

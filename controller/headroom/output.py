@@ -309,6 +309,10 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
+def _hms(t: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(t, datetime.UTC):%H:%M:%S}"
+
+
 def measured(n: NodePlan, p: PodPlan, rows: list[Throttling], window: float, source: str) -> str:
     """What `explain --prometheus` adds below the arithmetic: the pod's measured throttling
     per container and over time, whose limit it was, who books the node, and the what-if."""
@@ -330,11 +334,11 @@ def measured(n: NodePlan, p: PodPlan, rows: list[Throttling], window: float, sou
             f"    container {r.container}: throttled in {_pct(r.share)} of its CFS periods, "
             f"{r.throttled_seconds:.1f}s in all{used}"
         )
+        if r.limits:
+            history = " → ".join(f"{_hms(t)} {format_milli(round(v * 1000)) if v > 0 else 'none'}" for t, v in r.limits)
+            lines.append(f"      CPU limit the kernel enforced (cAdvisor's CFS quota), where it changed: {history}")
         if r.timeline:
-            points = " · ".join(
-                f"{datetime.datetime.fromtimestamp(t, datetime.UTC):%H:%M:%S} {_pct(v)} {secs:.2f}s/s"
-                for t, v, secs in r.timeline
-            )
+            points = " · ".join(f"{_hms(t)} {_pct(v)} {secs:.2f}s/s" for t, v, secs in r.timeline)
             lines.append(
                 f"      throttled over the minute before (UTC; share of periods, seconds per second): {points}"
             )

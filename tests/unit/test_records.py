@@ -173,9 +173,9 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
         other = dataclasses.replace(base, **{f.name: changes.get(f.name, "changed")})
         assert base.same_inputs(other) is (f.name in ignored), f.name
         # a decision stands across what only status counts: the kubelet's answer to a write
-        assert base.same_decision(other) is (f.name in ignored | {"resize_pending", "resize_deferred", "unapplied", "applied"}), (
-            f.name
-        )
+        assert base.same_decision(other) is (
+            f.name in ignored | {"resize_pending", "resize_deferred", "unapplied", "applied"}
+        ), f.name
 
 
 def test_a_node_being_resized_counts_the_capacity_it_is_asked_to_shrink_to():

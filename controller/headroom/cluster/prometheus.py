@@ -35,6 +35,9 @@ class Throttling:
     # (unix time, throttled share of CFS periods 0..1, throttled seconds per second), each
     # over the minute before that time
     timeline: list[tuple[float, float, float]] = field(default_factory=list)
+    # the CPU limit the kernel enforced (cAdvisor's CFS quota / period, cores; 0: none) where
+    # it changed: [(unix time it was first seen, cores)], the first entry the window's start
+    limits: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def share(self) -> float:
@@ -152,6 +155,9 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
     shares = prom.matrix(share, end - window, end, step)
     rates = prom.matrix(f"{by} (rate(container_cpu_cfs_throttled_seconds_total{sel}[1m]))", end - window, end, step)
     timeline = {c: [(t, v, dict(rates.get(c, [])).get(t, 0.0)) for t, v in points] for c, points in shares.items()}
+    # the limit as the kernel applied it, finely enough to place a resize within a few seconds
+    quota = f"{by} (container_spec_cpu_quota{sel}) / {by} (container_spec_cpu_period{sel})"
+    limits = {c: changes(points) for c, points in prom.matrix(quota, end - window, end, max(window / 240, 5.0)).items()}
     return [
         Throttling(
             container=c,
@@ -161,9 +167,19 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
             cpu_avg=used.get(c),
             cpu_p95=p95.get(c),
             timeline=timeline.get(c, []),
+            limits=limits.get(c, []),
         )
         for c in sorted(periods)
     ]
+
+
+def changes(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points where the value differs from the one before (the first always)."""
+    out: list[tuple[float, float]] = []
+    for t, v in points:
+        if not out or round(v, 3) != round(out[-1][1], 3):
+            out.append((t, v))
+    return out
 
 
 def throttled_pods(prom: Prometheus, window: float) -> dict[str, float]:
