@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chart import TOOLS
+from chart import TOOLS, render
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.testbed.node import RealNode, busy_pod
 from headroom.testbed.prometheus import PrometheusServer
@@ -107,30 +107,23 @@ def deploy(
 
 
 def metrics_reader(api: Api) -> str:
-    """A token of ServiceAccount monitoring/prometheus, bound to a ClusterRole that may get
-    nodes/metrics and nothing else: what a Prometheus in the cluster needs for cAdvisor."""
+    """A token of ServiceAccount monitoring/prometheus, bound by the chart's own opt-in
+    ClusterRole (`metrics.kubeletScrape`) that may get nodes/metrics and nothing else: what
+    a Prometheus in the cluster needs for cAdvisor."""
+    rbac = [
+        d
+        for d in render(
+            "metrics.kubeletScrape.serviceAccount.name=prometheus",
+            "metrics.kubeletScrape.serviceAccount.namespace=monitoring",
+        )
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
+        and d["metadata"]["name"].endswith("-kubelet-metrics-reader")
+    ]
+    assert len(rbac) == 2, rbac
     for path, body in (
         ("/api/v1/namespaces", {"metadata": {"name": "monitoring"}}),
         ("/api/v1/namespaces/monitoring/serviceaccounts", {"metadata": {"name": "prometheus"}}),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {
-                "metadata": {"name": "prometheus-kubelet"},
-                "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}],
-            },
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            {
-                "metadata": {"name": "prometheus-kubelet"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "prometheus-kubelet",
-                },
-                "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
-            },
-        ),
+        *((f"/apis/rbac.authorization.k8s.io/v1/{d['kind'].lower()}s", d) for d in rbac),
     ):
         try:
             api.post(path, body)

@@ -123,6 +123,25 @@ def test_rbac_is_exactly_the_spec():
     assert '"secrets"' not in json.dumps(find(cm, "Role"))
 
 
+def test_the_kubelet_scrape_rbac_is_opt_in_grants_only_nodes_metrics_and_binds_only_the_named_account():
+    """Not the controller's RBAC: a Prometheus's, for the kubelets' cAdvisor counters. The
+    real-node tests' Prometheus scrapes with exactly these objects (realnode_helpers)."""
+    assert [d["metadata"]["name"] for d in find(render(), "ClusterRole")] == ["headroom"]
+    docs = render(
+        "metrics.kubeletScrape.serviceAccount.name=prometheus",
+        "metrics.kubeletScrape.serviceAccount.namespace=monitoring",
+    )
+    role, binding = (
+        next(d for d in find(docs, k) if d["metadata"]["name"].endswith("-kubelet-metrics-reader"))
+        for k in ("ClusterRole", "ClusterRoleBinding")
+    )
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
+    r = helm("template", "headroom", str(CHART), "--set", "metrics.kubeletScrape.serviceAccount.name=prometheus")
+    assert r.returncode != 0 and "metrics.kubeletScrape.serviceAccount.namespace: set it" in r.stderr, r.stderr
+
+
 def test_two_renders_are_byte_identical():
     """No generated certificate in the chart: GitOps tools see no drift between renders."""
     first, second = helm("template", "t", str(CHART)), helm("template", "t", str(CHART))

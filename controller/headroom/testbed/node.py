@@ -219,6 +219,7 @@ class RealNode:
     _counted: bool = False  # counted in _nodes_running
     _made_log_dir: bool = False
     _cadvisor_link: bool = False  # this node's containerd is the one the kubelet's cAdvisor reads
+    _cadvisor_dir: bool = False  # this node made /run/containerd for that link
     _ports: tuple[int, int] = (0, 0)  # the kubelet's API and healthz ports, kept across restarts
     startup_seconds: float = 0.0
 
@@ -409,12 +410,16 @@ state = "{w / "state"}"
         """The kubelet's cAdvisor names a container's series (namespace, pod, container)
         only by asking containerd at /run/containerd/containerd.sock; no kubelet flag moves
         that path. The first node of this machine links it to its own containerd, if nothing
-        is there (a link left by a killed run is replaced); other nodes' series stay unnamed."""
+        is there (a link left by a killed run is replaced), making /run/containerd on a
+        fresh boot; other nodes' series stay unnamed."""
         with _host_lock:
             if CADVISOR_CONTAINERD.is_symlink() and not CADVISOR_CONTAINERD.exists():
                 CADVISOR_CONTAINERD.unlink()
-            if CADVISOR_CONTAINERD.exists() or not CADVISOR_CONTAINERD.parent.is_dir():
+            if CADVISOR_CONTAINERD.exists():
                 return
+            if not CADVISOR_CONTAINERD.parent.is_dir():  # a fresh boot: no containerd has run here yet
+                CADVISOR_CONTAINERD.parent.mkdir(mode=0o711)
+                self._cadvisor_dir = True
             CADVISOR_CONTAINERD.symlink_to(self.socket)
             self._cadvisor_link = True
 
@@ -424,6 +429,18 @@ state = "{w / "state"}"
             if self._cadvisor_link and mine:
                 CADVISOR_CONTAINERD.unlink()
             self._cadvisor_link = False
+            if self._cadvisor_dir:
+                # Made by this node: containerd's shims left their (now empty) socket and runc
+                # state directories in it; empty directories only are removed, deepest first.
+                run = CADVISOR_CONTAINERD.parent
+                for d in sorted(
+                    (p for p in run.rglob("*") if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)
+                ):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+                with contextlib.suppress(OSError):
+                    run.rmdir()
+                self._cadvisor_dir = False
 
     @property
     def kubelet_port(self) -> int:
