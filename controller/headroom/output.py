@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from .core.quantity import format_milli
-from .core.records import INIT, Pod
+from .core.records import APP, INIT, Pod
 from .core.release import current_limit
 
 if TYPE_CHECKING:
@@ -34,14 +34,15 @@ def node_json(n: NodePlan) -> dict[str, Any]:
 def applied_limits(pod: Pod) -> dict[str, int | None]:
     """The CPU limit the kubelet reports applied per running app container, in millicores
     (None: no limit). A pod keeps the kubelet's figures only where they differ from the
-    spec's; every other running container is taken to run with its spec's limit."""
+    spec's (and then of its running app containers only); every other running app container
+    is taken to run with its spec's limit."""
     if pod.phase != "Running" or pod.pod_level is not None:
         return {}
     differs = dict(pod.applied or ())
     return {
         c.name: (differs[c.name] or None) if c.name in differs else c.cpu_limit
         for c in pod.containers
-        if c.kind != INIT and (not differs or c.name in differs)
+        if c.kind == APP and (not differs or c.name in differs)
     }
 
 
@@ -133,8 +134,9 @@ def _current(p: PodPlan) -> str:
     """The pod's CPU limit in its spec; and what the kubelet applied, when that differs."""
     if p.pod.applied is None:
         return _spec_limit(p)
-    applied = applied_limits(p.pod)
-    total = None if any(v is None for v in applied.values()) else sum(v or 0 for v in applied.values())
+    differs = dict(p.pod.applied)
+    limits = [differs.get(c.name, c.cpu_limit) for c in p.pod.containers if c.kind != INIT]
+    total = None if any(not v for v in limits) else sum(v or 0 for v in limits)
     return f"{_spec_limit(p)} (kubelet: {'none' if total is None else format_milli(total)})"
 
 
@@ -205,7 +207,7 @@ def plan_wide(plan: ClusterPlan) -> str:
                     c["name"],
                     format_milli(c["requestMilli"]),
                     "-" if c["currentLimitMilli"] is None else format_milli(c["currentLimitMilli"]),
-                    _applied_cell(p.pod, c["name"], applied),
+                    _applied_cell(c["name"], applied),
                     "-" if target is None else format_milli(target),
                     write,
                 ]
@@ -213,7 +215,7 @@ def plan_wide(plan: ClusterPlan) -> str:
     return plan_table(plan) + "\n\n" + table(rows)
 
 
-def _applied_cell(pod: Pod, container: str, applied: dict[str, int | None]) -> str:
+def _applied_cell(container: str, applied: dict[str, int | None]) -> str:
     """The wide table's APPLIED: the kubelet's limit; "-" for a container not running."""
     if container not in applied:
         return "-"
