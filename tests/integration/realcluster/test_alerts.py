@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlencode
 
 from ruamel.yaml import YAML
 
@@ -81,8 +82,6 @@ def settled(api: Api, ns: str, name: str, timeout: float) -> str:
 
 def query(prom: PrometheusServer, expr: str) -> dict[str, float]:
     """An instant query's answer, by the `pod` label of each series ("" for none)."""
-    from urllib.parse import urlencode
-
     answer = prom.get(f"/api/v1/query?{urlencode({'query': expr})}")["data"]["result"]
     return {r["metric"].get("pod", ""): float(r["value"][1]) for r in answer}
 
