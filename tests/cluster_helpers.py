@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +28,19 @@ def _newest() -> str:
 # the newest pinned release.
 K8S_VERSION = os.environ.get("HEADROOM_K8S_VERSION") or _newest()
 K8S_MINOR = int(K8S_VERSION.split(".")[1])
+
+
+def headroom_cli(
+    kubeconfig: Path | str, command: str, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The `headroom` CLI as an admin types it on their workstation, with their kubeconfig."""
+    return subprocess.run(
+        [sys.executable, "-m", "headroom", command, "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parents[1],
+    )
 
 
 def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:

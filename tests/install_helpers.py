@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from chart import TOOLS
+from cluster_helpers import headroom_cli
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli
 from headroom.testbed.controller_image import build as build_image
@@ -154,10 +154,4 @@ def limit(api: Api, ns: str, name: str) -> int:
 
 def headroom(cluster: Cluster, command: str, *args: str) -> subprocess.CompletedProcess[str]:
     """The `headroom` CLI as an admin types it on their workstation, with their kubeconfig."""
-    return subprocess.run(
-        [sys.executable, "-m", "headroom", command, "--kubeconfig", cluster.kubeconfig, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    return headroom_cli(cluster.kubeconfig, command, *args)

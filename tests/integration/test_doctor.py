@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from cluster_helpers import K8S_VERSION, create_pod
+from cluster_helpers import K8S_VERSION, create_pod, headroom_cli
 
 pytestmark = pytest.mark.version_sensitive
 
@@ -16,13 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def doctor(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "headroom", "doctor", "--kubeconfig", str(kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    return headroom_cli(kubeconfig, "doctor", timeout=60)
 
 
 def test_doctor_reports_quota_limitrange_and_vpa_as_handled_and_finds_missing_rbac(

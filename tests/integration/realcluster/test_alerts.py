@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from urllib.parse import urlencode
 from ruamel.yaml import YAML
 
 from chart import TOOLS
-from cluster_helpers import cpu_limits
+from cluster_helpers import cpu_limits, headroom_cli
 from headroom.cluster.api import Api, ApiError
 from headroom.core.quantity import cpu_milli
 from headroom.testbed.controlplane import free_port
@@ -162,10 +161,7 @@ def test_each_alert_of_the_chart_fires_for_its_cause_on_the_real_cluster_and_res
         assert deferred and deferred[0]["reason"] == "Deferred", status["conditions"]
         applied = query(prom, f'headroom_pod_applied_limit_cores{{namespace="{namespace}"}}')["grow"]
         assert applied * 1000 == cpu_milli(before), (applied, before)
-        plan = subprocess.run(
-            [sys.executable, "-m", "headroom", "plan", "--kubeconfig", str(admin), "-n", namespace],
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
-        )  # fmt: skip
+        plan = headroom_cli(admin, "plan", "-n", namespace, timeout=60)
         assert plan.returncode == 0, plan.stderr
         row = next(line for line in plan.stdout.splitlines() if line.startswith(f"{namespace}  grow "))
         assert f" 1 (kubelet: {before}) " in row, plan.stdout

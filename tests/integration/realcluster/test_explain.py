@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import urllib.parse
 from pathlib import Path
 
 from browser import rendered
-from cluster_helpers import wait_limits
+from cluster_helpers import headroom_cli, wait_limits
 from headroom.cluster.api import MERGE_PATCH
 from headroom.testbed.node import RealNode, busy_pod
 from headroom.testbed.prometheus import PrometheusServer
@@ -25,13 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def explain(kubeconfig: Path, key: str, *args: str) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "headroom", "explain", key, "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    r = headroom_cli(kubeconfig, "explain", key, *args, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -136,11 +128,7 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
 
         # plan -o html --prometheus: the node's throttled pods under its bar, a throttled column.
         page = tmp_path / "plan.html"
-        r = subprocess.run(
-            [sys.executable, "-m", "headroom", "plan", "--kubeconfig", str(admin), "-o", "html",
-             "--prometheus", prom.url, "--window", "3m"],
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
-        )  # fmt: skip
+        r = headroom_cli(admin, "plan", "-o", "html", "--prometheus", prom.url, "--window", "3m", timeout=60)
         assert r.returncode == 0, r.stderr
         page.write_text(r.stdout)
         dom = rendered(page)
