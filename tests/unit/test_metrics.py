@@ -120,3 +120,12 @@ def test_every_resize_outcome_is_exported_at_zero_before_the_first():
     series = _series(Metrics(), "headroom_resizes_total")
     assert len(series) == 8 and set(series.values()) == {0.0}
     assert 'headroom_resizes_total{dry_run="false",result="quota-denied"}' in series
+
+
+def test_the_outcomes_exported_at_zero_are_the_writers_and_the_dry_runs():
+    from headroom.cluster import writer
+    from headroom.engine.reconciler import WOULD_APPLY
+    from headroom.metrics import OUTCOMES
+
+    written = (writer.APPLIED, writer.INFEASIBLE, writer.QUOTA_DENIED, writer.INVALID, writer.CONFLICT)
+    assert set(OUTCOMES) == {*((r, "false") for r in (*written, writer.THROTTLED, writer.ERROR)), (WOULD_APPLY, "true")}
