@@ -287,7 +287,9 @@ def test_hostile_files_get_an_error_naming_the_file_never_a_traceback(tmp_path, 
         for code, err in _run_cli(tmp_path, data, capsys):
             if code:
                 assert str(tmp_path / "in.yaml") in err or code == 1, (data[:60], err)
-        assert time.monotonic() - started < 30, data[:60]  # the alias bomb took minutes before
+        # the alias bomb took many minutes before; a loaded 2-core CI machine took 33 s for
+        # the largest file here, so the bound only tells a hang from a slow machine
+        assert time.monotonic() - started < 120, data[:60]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

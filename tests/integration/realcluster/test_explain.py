@@ -87,12 +87,12 @@ def test_explain_shows_measured_throttling_whose_limit_it_was_who_books_the_node
         print(
             f"\n$ headroom explain {namespace}/busy --prometheus {prom.url} --window 3m   # resized at {resized}\n{after}"
         )
-        # Held to a fifth of a core, the busy thread waits for quota a good part of every
-        # second (0.15-0.33 s/s measured here, on a loaded machine); at one core, for at most
-        # a few milliseconds.
+        # Held to a fifth of a core, the busy thread is throttled in most CFS periods (69-99 %
+        # measured here); the seconds it waits depend on how much CPU the loaded machine gives
+        # it (0.04-0.50 s/s measured), so only the share is held. At one core: no throttling.
         points = timeline(after)
-        assert any(s >= 0.1 and p >= 25 for t, p, s in points if t <= resized), (resized, points)
-        assert points[-1][2] < 0.05, (resized, points)
+        assert any(p >= 25 for t, p, s in points if t <= resized), (resized, points)
+        assert points[-1][1] <= 5, (resized, points)
         assert "whose limit: Headroom's, 1, decided by:" in after, after
         history = re.search(r"where it changed: (\d\d:\d\d:\d\d) 200m → (\d\d:\d\d:\d\d) 1$", after, re.M)
         assert history is not None, after
