@@ -267,11 +267,21 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     # helm upgrade to a changed value: a rolling update. The new replicas book CPU on the
     # node before the old ones go (maxSurge), so the neighbours' shares shrink and come back:
     # a resize per booking change the deadband lets through, at most four (two arrivals, two
-    # departures), no limit lost, and the same limits once it has settled.
+    # departures), no limit lost. Once settled the controller decides 900m again with nothing
+    # to write; the limits are 900m or within the deadband of it: a cut to 850m while three
+    # replicas booked (5.6 %, over the 5 % shrink deadband) is not raised back (5.9 %, under
+    # the 10 % grow one), whether the controller saw that moment depends on timing.
     cluster.run(HELM, "upgrade", "headroom", str(CHART), "-n", NS, "--reuse-values", "--set", "logLevel=debug",
                 "--wait", "--timeout", "180s")  # fmt: skip
     wait("the upgraded replicas Ready", lambda: len(cluster.ready()) == 2)
-    wait("the limits back", lambda: limit(api, "team", "app") == limit(api, "team", "second") == 900)
+
+    def settled() -> bool:
+        pods = {p["name"]: p for p in json.loads(headroom(cluster, "plan", "-n", "team", "-o", "json").stdout)["pods"]}
+        return all(pods[n]["targetLimitMilli"] == 900 and not pods[n]["apply"] for n in ("app", "second"))
+
+    wait("the limits back at, or within the deadband of, 900m", settled)
+    after_upgrade = {name: limit(api, "team", name) for name in ("app", "second")}
+    assert all(900 / 1.1 < v <= 900 for v in after_upgrade.values()), after_upgrade
     upgraded = {name: _generation(api, "team", name) for name in ("app", "second")}
     during = {name: upgraded[name] - shared[name] for name in shared}
     assert all(n <= 4 for n in during.values()), during
@@ -284,7 +294,7 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
         lambda: not cluster.api.get(f"/api/v1/namespaces/{NS}/pods")["items"],
         timeout=60,
     )
-    assert limit(api, "team", "app") == limit(api, "team", "second") == 900
+    assert {name: limit(api, "team", name) for name in ("app", "second")} == after_upgrade
     left = cluster.run(KUBECTL, "get", "all,mutatingwebhookconfigurations,secrets,leases", "-n", NS, "-o", "name")
     assert sorted(left.split()) == ["lease.coordination.k8s.io/headroom", "secret/headroom-webhook-tls"], left
     assert cluster.run(KUBECTL, "get", "headroomconfig", "cluster", "-o", "name").strip()
