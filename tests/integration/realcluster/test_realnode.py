@@ -68,9 +68,10 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     # resize was the pod's only write before its status annotation
     assert "kube-headroom.dev/original-cpu-limits" not in (got["metadata"].get("annotations") or {})
     # At 200m the kernel holds the busy thread to a fifth of a core and throttles it in many
-    # periods (how many depends on how often it gets a CPU at all on a loaded machine);
-    # at one core it is never throttled and gets far more.
-    assert used_before < 0.22 and before > 0.25, (used_before, before)
+    # periods (how many depends on how often it gets a CPU at all on a loaded machine: 23 %
+    # in a CI run with the whole suite beside it); at one core it is never throttled and
+    # gets far more.
+    assert used_before < 0.22 and before > 0.1, (used_before, before)
     assert after < 0.05 and used_after > 0.4, (used_after, after)
 
 
