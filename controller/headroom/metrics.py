@@ -14,6 +14,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from .core.planner import NodePlan
+from .core.records import applied_limits
 
 # The outcomes headroom_resizes_total counts: what a write ends in (cluster.writer's results)
 # and what a dry run counts (engine.reconciler.WOULD_APPLY). Spelled out, not imported: those
@@ -194,16 +195,14 @@ class Metrics:
                 key = (pod.namespace, pod.name, "")
                 pods.add(key)
                 gauge.labels(*key).set(t.target / 1000)
-            applied = dict(pod.applied or ())
+            applied = applied_limits(pod) if not t.pod_level else {}
             for c in t.containers:
                 key = (pod.namespace, pod.name, c.name)
                 pods.add(key)
                 gauge.labels(*key).set(c.target / 1000)
-                # what the kubelet reports applied to a running container: the spec's limit
-                # unless it reports another (pod.applied names only running containers)
-                if pod.phase == "Running" and not t.pod_level and (not applied or c.name in applied):
+                if c.name in applied:  # a running app container: what the kubelet reports applied
                     running.add(key)
-                    applied_gauge.labels(*key).set(applied.get(c.name, c.current or 0) / 1000)
+                    applied_gauge.labels(*key).set((applied[c.name] or 0) / 1000)
         with self._lock:
             old = self._nodes.get(name)
             if old is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from .core.quantity import format_milli
-from .core.records import APP, INIT, Pod
+from .core.records import INIT, applied_limits
 from .core.release import current_limit
 
 if TYPE_CHECKING:
@@ -28,21 +28,6 @@ def node_json(n: NodePlan) -> dict[str, Any]:
         "managedPods": s.managed_pods,
         "factor": round(s.factor, 2),
         "dryRun": n.settings.dry_run,
-    }
-
-
-def applied_limits(pod: Pod) -> dict[str, int | None]:
-    """The CPU limit the kubelet reports applied per running app container, in millicores
-    (None: no limit). A pod keeps the kubelet's figures only where they differ from the
-    spec's (and then of its running app containers only); every other running app container
-    is taken to run with its spec's limit."""
-    if pod.phase != "Running" or pod.pod_level is not None:
-        return {}
-    differs = dict(pod.applied or ())
-    return {
-        c.name: (differs[c.name] or None) if c.name in differs else c.cpu_limit
-        for c in pod.containers
-        if c.kind == APP and (not differs or c.name in differs)
     }
 
 

@@ -537,3 +537,18 @@ def _namespace_from_dict(obj: Mapping[str, Any]) -> Namespace:
 pod_from_dict: Callable[[Mapping[str, Any]], Pod] = _guarded(_pod_from_dict)
 node_from_dict: Callable[[Mapping[str, Any]], Node] = _guarded(_node_from_dict)
 namespace_from_dict: Callable[[Mapping[str, Any]], Namespace] = _guarded(_namespace_from_dict)
+
+
+def applied_limits(pod: Pod) -> dict[str, int | None]:
+    """The CPU limit the kubelet reports applied per running app container, in millicores
+    (None: no limit). A pod keeps the kubelet's figures only where they differ from the
+    spec's (and then of its running app containers only); every other running app container
+    is taken to run with its spec's limit."""
+    if pod.phase != "Running" or pod.pod_level is not None:
+        return {}
+    differs = dict(pod.applied or ())
+    return {
+        c.name: (differs[c.name] or None) if c.name in differs else c.cpu_limit
+        for c in pod.containers
+        if c.kind == APP and (not differs or c.name in differs)
+    }
