@@ -112,58 +112,74 @@ def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_c
 def test_a_burst_of_arrivals_reaches_its_targets_in_the_cgroups_within_the_debounce(
     api, namespace, real_node, headroom_config, start_controller
 ):
-    """Ten pods land on the node at once while the kubelet is busy starting them: every
-    pod's container gets its final CPU quota within debouncePeriod + 2 s of the last
-    arrival, and a 409 that is only the kubelet's status write costs no recompute."""
+    """Ten pods of 50m and no CPU limit land on the node at once while the kubelet is busy
+    starting them (no webhook here: every limit is a resize). Headroom writes every final
+    limit (200m for ten: 1 + 1500m/500m = 4x the request) within debouncePeriod + 2 s of
+    the last arrival; every container gets its final CPU quota within 2 s of the later of
+    that write and its own start (or is born with it); a 409 that is only the kubelet's
+    status write costs no recompute. How long the kubelet takes to start a container is
+    its own (3.7-4.5 s on a loaded CI machine) and is printed, not bounded."""
     wait_node_empty(api, real_node.name)
     headroom_config()
     c = start_controller()
     names = [f"burst-{i}" for i in range(10)]
     arrived: dict[str, float] = {}
     for name in names:
-        body = busy_pod(name, real_node.name, "100m", None, busy=False)  # no CPU limit: Headroom gives the first
+        body = busy_pod(name, real_node.name, "50m", None, busy=False)
         api.post(f"/api/v1/namespaces/{namespace}/pods", body)
         arrived[name] = time.monotonic()
     last = max(arrived.values())
     quotas: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+    specs: dict[str, list[tuple[float, str]]] = {n: [] for n in names}  # the limit in the pod's spec, as it changed
     cgroups: dict[str, Path] = {}
+    started: dict[str, float] = {}  # when the API first reported the container (its cgroup exists)
     settled_at = None
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
         for name in names:
+            pod = api.get(pod_path(namespace, name))
+            now = time.monotonic()
+            limit = pod["spec"]["containers"][0]["resources"]["limits"].get("cpu", "")
+            if not specs[name] or specs[name][-1][1] != limit:
+                specs[name].append((now, limit))
             if name not in cgroups:
-                statuses = api.get(pod_path(namespace, name))["status"].get("containerStatuses") or []
+                statuses = pod["status"].get("containerStatuses") or []
                 cid = statuses[0].get("containerID") if statuses else None
                 found = real_node.container_cgroup(cid) if cid else None
-                if found is not None:
-                    cgroups[name] = found
-                continue
+                if found is None:
+                    continue
+                cgroups[name], started[name] = found, time.monotonic()
             with contextlib.suppress(OSError):
                 q = int((cgroups[name] / "cpu.cfs_quota_us").read_text())
                 if not quotas[name] or quotas[name][-1][1] != q:
                     quotas[name].append((time.monotonic(), q))
-        changed = max((v[-1][0] for v in quotas.values() if v), default=0.0)
-        limited = len(cgroups) == len(names) and all(v and v[-1][1] > 0 for v in quotas.values())
+        changed = max((v[-1][0] for v in [*quotas.values(), *specs.values()] if v), default=0.0)
+        limited = len(cgroups) == len(names) and all(
+            v and v[-1][1] == cpu_milli(specs[n][-1][1]) * 100 for n, v in quotas.items()
+        )
         if limited and time.monotonic() - changed > 3:  # nothing moved for 3 s: the wave is over
             settled_at = changed
             break
         time.sleep(0.05)
-    assert settled_at is not None, {n: v[-1:] for n, v in quotas.items()}
-    spec = {n: api.get(pod_path(namespace, n))["spec"]["containers"][0]["resources"]["limits"]["cpu"] for n in names}
-    reached = {}
+    assert settled_at is not None, {n: (specs[n][-1:], v[-1:]) for n, v in quotas.items()}
+    assert {v[-1][1] for v in specs.values()} == {"200m"}, specs
+    written = {n: v[-1][0] - last for n, v in specs.items()}  # last arrival -> final limit in the spec
+    applied = {}  # the later of that write and the container's start -> the final quota
     for n in names:
-        final = quotas[n][-1][1]
-        assert final == cpu_milli(spec[n]) * 100, (n, final, spec[n])  # the cgroup holds the written limit
-        reached[n] = next(t for t, q in quotas[n] if q == final) - arrived[n]
-    lat = sorted(reached.values())
-    p50, p99 = lat[len(lat) // 2], lat[-1]
+        at = next(t for t, q in quotas[n] if q == quotas[n][-1][1])
+        applied[n] = 0.0 if at == quotas[n][0][0] else at - max(specs[n][-1][0], started[n])
+    start = sorted(t - arrived[n] for n, t in started.items())
     retried = [r for r in c.logs() if r.get("msg") == "resize conflict on a status write; sent again"]
     recomputed = [r for r in c.logs() if r.get("msg") == "resize conflict; node will be recomputed"]
     print(
-        f"\nburst of 10 on {real_node.name}: arrival -> final cgroup quota p50 {p50:.2f} s, max {p99:.2f} s; "
-        f"409s: {len(retried)} sent again on the new version, {len(recomputed)} recomputed; limits {sorted(set(spec.values()))}"
+        f"\nburst of 10 on {real_node.name}: last arrival -> final limit written, max {max(written.values()):.2f} s; "
+        f"arrival -> container start p50 {start[len(start) // 2]:.2f} s, max {start[-1]:.2f} s; "
+        f"final quota {sum(1 for v in applied.values() if v)} resized in place, latest {max(applied.values()):.2f} s "
+        f"after write or start, {sum(1 for v in applied.values() if not v)} born with it; "
+        f"409s: {len(retried)} sent again on the new version, {len(recomputed)} recomputed"
     )
-    assert max(t + arrived[n] for n, t in reached.items()) - last <= 2.0 + 2.0, reached  # debouncePeriod 2s + 2s
+    assert max(written.values()) <= 0.5 + 2.0, written  # debouncePeriod 500ms + 2 s
+    assert max(applied.values()) <= 2.0, applied
     # A 409 whose pod kept its inputs is sent again at once; one whose inputs changed (the
     # kubelet's status moves some of them as it starts a pod) rightly recomputes. Counted
     # and printed; bounded so no pod spins on conflicts.
