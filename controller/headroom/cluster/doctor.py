@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
@@ -255,6 +255,9 @@ class Install:
     webhook_configuration: str | None
     webhook_secret: str | None
     others: tuple[str, ...] = ()  # more releases found (namespace/deployment)
+    # every chart Deployment the cluster-wide list returned, so the controller check
+    # need not list them again
+    listed: tuple[dict[str, Any], ...] = field(default=(), compare=False, repr=False)
 
 
 def find_install(api: Api) -> Install | None:
@@ -298,6 +301,7 @@ def find_install(api: Api) -> Install | None:
         webhook_configuration=webhook,
         webhook_secret=_flag(args, "webhook-secret"),
         others=tuple(f"{o['metadata'].get('namespace')}/{o['metadata']['name']}" for o in deps[1:]),
+        listed=tuple(deps),
     )
 
 
@@ -321,18 +325,19 @@ def config_check(api: Api) -> Iterator[Finding]:
     yield Finding(OK, "config", f"HeadroomConfig {keys.SINGLETON_NAME} exists")
 
 
-def controller_checks(api: Api, namespace: str, lease_name: str | None) -> Iterator[Finding]:
+def controller_checks(
+    api: Api, namespace: str, lease_name: str | None, install: Install | None = None
+) -> Iterator[Finding]:
     """Is a controller running and leading? The Deployment's ready replicas and the Lease's
-    last renewal — a stopped controller leaves its objects' conditions as they were."""
+    last renewal — a stopped controller leaves its objects' conditions as they were. The
+    Deployments come from `install`'s cluster-wide list when there is one."""
     instances: list[str] = []
     try:
-        deps = (
-            api.get(
-                f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                {"labelSelector": "app.kubernetes.io/name=kube-headroom"},
-            ).get("items")
-            or []
-        )
+        if install is not None:
+            deps = [d for d in install.listed if (d["metadata"].get("namespace") or "default") == namespace]
+        else:
+            deps = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments", {"labelSelector": CHART_LABEL})
+            deps = deps.get("items") or []
     except ApiError as exc:
         if exc.status != 403:
             raise
@@ -455,7 +460,7 @@ def checks(
             ok_rbac = False
             yield Finding(FAIL, "rbac", f"this identity may not {what}; bind it to the chart's ClusterRole and Role")
     yield Finding(OK if ok_rbac else FAIL, "rbac", "checked every permission the controller needs")
-    yield from controller_checks(api, lease_namespace, lease_name)
+    yield from controller_checks(api, lease_namespace, lease_name, install)
 
     try:
         snap = read_cluster(api)
