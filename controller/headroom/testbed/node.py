@@ -247,6 +247,15 @@ class RealNode:
                     (d / f).write_text((h / f).read_text())
         log_dir = Path("/var/log/containers")
         self._made_log_dir = not log_dir.exists()
+        if self.service_network:
+            # The bridge and its gateway address exist before the kubelet starts, so the
+            # gateway can be its --node-ip: a loopback node IP fails the kubelet's check,
+            # leaving the Node without addresses and kube-proxy waiting 30 s for one. The
+            # CNI bridge plugin takes the bridge as it finds it (deleted in _restore_host).
+            ip = ["ip", "link", "add", self.bridge, "type", "bridge"]
+            for argv in (ip, ["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge]):
+                subprocess.run(argv, check=True, capture_output=True)
+            subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True, capture_output=True)
 
     def _restore_host(self) -> None:
         for key, value in self._sysctls.items():
@@ -482,7 +491,7 @@ state = "{w / "state"}"
             f"--root-dir={self.workdir / 'kubelet' / 'root'}",
             f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
             f"--hostname-override={self.name}",
-            "--node-ip=127.0.0.1",
+            f"--node-ip={self.gateway if self.service_network else '127.0.0.1'}",
             "--v=2",
         ]
         if self.labels:
