@@ -252,10 +252,12 @@ class RealNode:
             # gateway can be its --node-ip: a loopback node IP fails the kubelet's check,
             # leaving the Node without addresses and kube-proxy waiting 30 s for one. The
             # CNI bridge plugin takes the bridge as it finds it (deleted in _restore_host).
-            ip = ["ip", "link", "add", self.bridge, "type", "bridge"]
-            for argv in (ip, ["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge]):
-                subprocess.run(argv, check=True, capture_output=True)
-            subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True, capture_output=True)
+            for args in (
+                ["link", "add", self.bridge, "type", "bridge"],
+                ["addr", "add", f"{self.gateway}/{self.subnet.rsplit('/', 1)[1]}", "dev", self.bridge],
+                ["link", "set", self.bridge, "up"],
+            ):
+                subprocess.run(["ip", *args], check=True, capture_output=True)
 
     def _restore_host(self) -> None:
         for key, value in self._sysctls.items():
