@@ -195,7 +195,7 @@ class Metrics:
                 key = (pod.namespace, pod.name, "")
                 pods.add(key)
                 gauge.labels(*key).set(t.target / 1000)
-            applied = applied_limits(pod) if not t.pod_level else {}
+            applied = applied_limits(pod)  # {} for a pod-level pod or one not running
             for c in t.containers:
                 key = (pod.namespace, pod.name, c.name)
                 pods.add(key)
