@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 
 from .core.planner import NodePlan
 from .core.records import applied_limits
@@ -137,7 +137,7 @@ class Metrics:
         )
         self.webhook_requests = Counter(
             "headroom_webhook_requests",
-            "Admission reviews answered, by result (mutated, unchanged, malformed, too-large).",
+            "Admission reviews answered, by result (mutated, unchanged, over-budget, malformed, too-large, slow-body, dropped).",
             ["result"],
             registry=r,
         )
@@ -262,39 +262,43 @@ class Metrics:
         self.deferred.set(self._deferred)
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # probes every few seconds would drown the controller's own log lines
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
 def serve(
     metrics: Metrics,
     port: int,
     healthy: Callable[[], tuple[bool, str]],
     ready: Callable[[], tuple[bool, str]],
     host: str = "0.0.0.0",
-) -> WSGIServer:
-    """/metrics, /healthz and /readyz on one port, in a background thread."""
-    prometheus = make_wsgi_app(metrics.registry)
+) -> Any:
+    """/metrics, /healthz and /readyz on one port, on a loop thread of its own behind the
+    connection guard of `serving` (an idle client holds no thread; headers have a
+    deadline). The exposition is rendered on a worker thread: a large one never holds the
+    probes. Returns the started server (`shutdown()` stops it)."""
+    from aiohttp import web  # here, not at the top: importing the metrics stays light
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            return prometheus(environ, start_response)  # type: ignore[no-any-return]
-        if path in ("/healthz", "/livez"):
-            ok, why = healthy()
-        elif path == "/readyz":
-            ok, why = ready()
-        else:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found\n"]
-        start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-        return [(why if ok else f"not {'ready' if path == '/readyz' else 'healthy'}: {why}").encode() + b"\n"]
+    from .serving import LoopServer
 
-    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
+    async def scrape(request: web.Request) -> web.Response:
+        loop = asyncio.get_running_loop()
+        accept = request.headers.get("Accept", "")
+        data, content_type = await loop.run_in_executor(None, _exposition, metrics.registry, accept)
+        return web.Response(body=data, headers={"Content-Type": content_type})
+
+    def probe(check: Callable[[], tuple[bool, str]], what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def answer(request: web.Request) -> web.Response:
+            ok, why = check()
+            return web.Response(text=(why if ok else f"not {what}: {why}") + "\n", status=200 if ok else 503)
+
+        return answer
+
+    routes = [
+        ("GET", "/metrics", scrape),
+        ("GET", "/healthz", probe(healthy, "healthy")),
+        ("GET", "/livez", probe(healthy, "healthy")),
+        ("GET", "/readyz", probe(ready, "ready")),
+    ]
+    return LoopServer("metrics", host, port, routes).start()
+
+
+def _exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type

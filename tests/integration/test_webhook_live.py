@@ -393,3 +393,121 @@ def test_stalled_clients_cannot_hold_admissions(
         for t in stallers:
             if t.is_alive():
                 t.join(15)
+
+
+def _review(uid: str, namespace: str, obj: dict) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "operation": "CREATE",
+                "object": obj,
+            },
+        }
+    ).encode()
+
+
+def _answer(port: int, body: bytes, ca: bytes) -> tuple[dict, float]:
+    """(the AdmissionReview answer, seconds from the first byte sent to the last read)."""
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    ctx.check_hostname = False
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, ctx.wrap_socket(raw) as tls:
+        tls.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    seconds = time.monotonic() - started
+    return json.loads(data.split(b"\r\n\r\n", 1)[1]), seconds
+
+
+def _costly_pod(name: str, terms: int) -> dict:
+    """A pod whose required node affinity has `terms` terms that match no node (about 95
+    bytes each: 30,000 of them are 2.8 MiB, under the API server's limit)."""
+    body = pod(name, namespace="x", node=None, containers=[container(cpu="500m", mem_limit=None)])
+    body.pop("status")
+    body["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [f"none-{i}"]}]}
+                    for i in range(terms)
+                ]
+            }
+        }
+    }
+    return body
+
+
+def test_one_costly_review_holds_no_other(
+    control_plane, api, namespace, headroom_config, webhook_controller, make_node
+):
+    """A pod whose required node affinity has 30,000 terms, beside 500 cached nodes: its
+    placement is over the webhook's budget, so it gets no limit (the controller decides once
+    it is bound), counted and logged once per owner; an honest review sent 0.3 s after it is
+    answered with its limit within 1 s, the costly one within 5 s. Before the budget the
+    costly decision took 18 s on the event loop, and the honest one waited for it. Then the
+    same through the API server, with dryRun=All (which reaches the webhook and leaves
+    nothing behind)."""
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: make_node(cpu="4"), range(500)))
+    headroom_config()
+    ca = control_plane.ca_file.read_bytes()
+    c, port = webhook_controller("headroom-costly")
+    c.wait_for_log("webhook serving")
+    deadline = time.monotonic() + 60
+    while len(api.get("/api/v1/nodes")["items"]) < 500 or not create(api, namespace, f"warm-{time.monotonic_ns()}")[0]:
+        assert time.monotonic() < deadline, "the webhook never mutated a pod"
+        time.sleep(0.5)
+    costly = _review("costly", namespace, _costly_pod("costly", 30_000))
+    honest = pod("honest", namespace=namespace, node=None, containers=[container(cpu="500m", mem_limit=None)])
+    honest.pop("status")
+    with ThreadPoolExecutor(2) as pool:
+        heavy = pool.submit(_answer, port, costly, ca)
+        time.sleep(0.3)
+        light = pool.submit(_answer, port, _review("honest", namespace, honest), ca)
+        (heavy_out, heavy_s), (light_out, light_s) = heavy.result(), light.result()
+    print(
+        f"\n{len(costly) / 2**20:.1f} MiB costly review: answered in {heavy_s:.3f} s; honest one 0.3 s later: {light_s:.3f} s"
+    )
+    assert "patch" in light_out["response"], light_out
+    assert "patch" not in heavy_out["response"] and heavy_out["response"]["allowed"] is True, heavy_out
+    assert light_s < 1.0 and heavy_s < 5.0, (light_s, heavy_s)
+    # Through the API server: the costly pod with dryRun=All, an honest pod created 0.3 s later.
+    body = _costly_pod("costly-dry", 30_000)
+    body["metadata"]["namespace"] = namespace
+    body["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "costly-rs",
+            "uid": "00000000-0000-0000-0000-000000000001",
+        }
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        started = time.monotonic()
+        dry = pool.submit(api.post, f"/api/v1/namespaces/{namespace}/pods?dryRun=All", body)
+        time.sleep(0.3)
+        mutated, honest_s = create(api, namespace, "honest-after-costly")
+        dry_out = dry.result()
+        dry_s = time.monotonic() - started
+    print(f"through the API server: dryRun=All costly pod {dry_s:.3f} s, honest pod created in {honest_s:.3f} s")
+    assert mutated, "the honest pod was created without its limit: its review waited past the API server's 2 s"
+    assert "limits" not in dry_out["spec"]["containers"][0]["resources"]
+    metrics = c.http("/metrics", c.metrics_port)[1]
+    assert 'headroom_webhook_requests_total{result="over-budget"} 2.0' in metrics, metrics
+    said = [r for r in c.logs() if "too costly" in str(r.get("msg"))]
+    assert [r.get("owner") for r in said] == [None, "ReplicaSet/costly-rs"], said
+    # Once per owner: the same owner's next costly pod is counted, not logged again.
+    pool_body = dict(body, metadata={**body["metadata"], "name": "costly-dry-2"})
+    api.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pool_body)
+    assert len([r for r in c.logs() if "too costly" in str(r.get("msg"))]) == 2

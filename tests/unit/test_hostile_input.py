@@ -24,7 +24,7 @@ from headroom.core import neighbours as nb
 from headroom.core.planner import plan_cluster, plan_node
 from headroom.core.quantity import QuantityError, cpu_milli, whole_units
 from headroom.core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
-from headroom.webhook.server import review_response
+from headroom.webhook.server import Sources, review_response
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from podgen import make_pod
@@ -207,7 +207,9 @@ def test_the_webhook_admits_whatever_it_is_sent(review):
     nodes = {"n1": node_from_dict(node("n1"))}
     body = review if isinstance(review, dict) else {"request": review}
     for obj in (body, {"request": {"operation": "CREATE", "kind": {"kind": "Pod"}, "object": review, "uid": "u"}}):
-        out = review_response(copy.deepcopy(obj), lambda name: managed, lambda: res.resolver, nodes=lambda: nodes)
+        out, _ = review_response(
+            copy.deepcopy(obj), Sources(lambda name: managed, lambda: res.resolver, nodes=lambda: nodes)
+        )
         assert out["response"]["allowed"] is True
 
 

@@ -13,7 +13,7 @@ from headroom.api.resolve import resolve
 from headroom.core.params import Resolver
 from headroom.core.records import namespace_from_dict, node_from_dict
 from headroom.webhook import mutation
-from headroom.webhook.server import review_response
+from headroom.webhook.server import Sources, review_response
 
 
 def nodes(*raw: dict) -> dict:
@@ -24,10 +24,13 @@ def nodes(*raw: dict) -> dict:
 NODES = nodes(node("n1"), node("b1", labels={"pool": "batch"}), node("o1", labels={"pool": "other"}))
 
 
-def full_patch(pod, ns, res, neighbours=None, node_set=None):
+def full_patch(pod, ns, res, neighbours=None, node_set=None, pod_level=True):
+    """The patch where the controller says pod-level resize works on every node (`pod_level`
+    False: where it says it does not)."""
     from headroom.core.neighbours import EMPTY
 
-    return mutation.patch_for(pod, ns, res, neighbours or EMPTY, NODES if node_set is None else node_set)
+    nodes_ = NODES if node_set is None else node_set
+    return mutation.patch_for(pod, ns, res, neighbours or EMPTY, nodes_, lambda node: pod_level)
 
 
 def patch_for(*args, **kw) -> list[dict[str, object]]:
@@ -146,6 +149,10 @@ def test_pod_level_pods_get_only_a_pod_level_limit():
     )
     ops = patch_for(pinned, MANAGED, resolver({"webhook": {"initialMultiplier": 1}}))
     assert ops == [{"op": "add", "path": "/spec/resources/limits/cpu", "value": "510m"}]
+    # Where the controller cannot resize a pod-level limit (a 1.35 server, a node without the
+    # feature), the webhook sets none: one it could never shed (PodLevelResourcesUnsupported).
+    assert full_patch(raw, MANAGED, resolver(), pod_level=False) == []
+    assert mutation.patch_for(raw, MANAGED, resolver(), nodes=NODES) == []  # the default: not known, none
 
 
 def test_admission_review_round_trip_and_errors_never_block():
@@ -160,16 +167,22 @@ def test_admission_review_round_trip_and_errors_never_block():
             "object": new_pod(containers=[container(cpu="500m")]),
         },
     }
-    out = review_response(review, lambda n: MANAGED if n == "team" else None, resolver, nodes=lambda: NODES)
+    out, outcome = review_response(
+        review, Sources(lambda n: MANAGED if n == "team" else None, resolver, nodes=lambda: NODES)
+    )
+    assert outcome == "mutated"
     assert out["response"]["uid"] == "u1" and out["response"]["allowed"] is True
     assert json.loads(base64.b64decode(out["response"]["patch"]))[0]["value"] == "1"
     broken = {"request": {"uid": "u2", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": 7}}}
-    assert review_response(broken, lambda n: MANAGED, resolver, nodes=lambda: NODES)["response"] == {
+    assert review_response(broken, Sources(lambda n: MANAGED, resolver, nodes=lambda: NODES))[0]["response"] == {
         "uid": "u2",
         "allowed": True,
     }
     # an unsynced node cache: no mutation
-    assert "patch" not in review_response(review, lambda n: MANAGED, resolver)["response"]
+    assert review_response(review, Sources(lambda n: MANAGED, resolver)) == (
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u1", "allowed": True}},
+        "unchanged",
+    )
 
 
 def test_no_mutation_where_the_controller_would_write_nothing():

@@ -167,6 +167,10 @@ class Resolver:
         """The merged settings of a usable profile, by name."""
         return self._merged.get(profile)
 
+    def every(self) -> list[Settings]:
+        """The global settings and each profile's merged ones: every way a node can be run."""
+        return [self.base, *self._merged.values()]
+
     def for_labels(self, labels: Mapping[str, str]) -> Settings:
 
         for p in self.profiles:

@@ -521,18 +521,22 @@ class Controller:
         while not self.stop.is_set():
             if (cert_dir / "tls.crt").is_file() and (cert_dir / "tls.key").is_file():
                 try:
+                    sources = webhook.Sources(
+                        namespace=self.cache.namespace,
+                        resolver=lambda: self.config.resolver,
+                        blocked=self.inputs_problem,
+                        neighbours=lambda: self.cache.neighbours,
+                        nodes=self.cache.nodes_snapshot,
+                        pod_level_resize=self._pod_level_for,  # the reconciler's own capability fact
+                    )
                     self._servers.append(
                         webhook.WebhookServer(
                             self.options.webhook_port,
                             cert_dir,
-                            self.cache.namespace,
-                            lambda: self.config.resolver,
+                            sources,
                             self.options.metrics_host,
-                            self.inputs_problem,
                             self.metrics.observe_webhook,
                             self.options.webhook_cert_reload,
-                            lambda: self.cache.neighbours,
-                            self.cache.nodes_snapshot,
                         ).start()
                     )
                     log.info("webhook serving", extra={"port": self.options.webhook_port})

@@ -19,7 +19,7 @@ pod-level resources gets only a pod-level CPU limit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
@@ -36,8 +36,26 @@ from ..core.records import GUARANTEED, Namespace, Node, Pod, RecordError, pod_fr
 UNSCHEDULED = "(not yet scheduled)"
 
 
+# Requirement-value checks one decision may make while matching the pod's required node
+# affinity against the cached nodes: about 0.1 s of CPU on this project's 2-core test machine
+# (tests/bench/bench_webhook.py). An ordinary pod (a few terms of a few values) on 5,000
+# nodes costs well under a tenth of it.
+PLACEMENT_BUDGET = 150_000
+
+
 class Unreadable(ValueError):
     """A part of the pod's placement the webhook cannot read: it then mutates nothing."""
+
+
+class PlacementTooCostly(Unreadable):
+    """The pod's required node affinity would cost more than PLACEMENT_BUDGET to match:
+    no limit at admission (the controller sets one once the pod is bound)."""
+
+    def __init__(self, nodes: int, per_node: int) -> None:
+        super().__init__(
+            f"matching its required node affinity against {nodes} nodes would take more than "
+            f"{PLACEMENT_BUDGET} checks (more than {per_node} a node)"
+        )
 
 
 def _int(value: str) -> int:
@@ -94,8 +112,11 @@ def _matches(req: tuple[str, str, tuple[str, ...]], labels: Mapping[str, str]) -
     return n > int(values[0]) if op == "Gt" else n < int(values[0])
 
 
-def _terms(spec: Mapping[str, Any]) -> list[tuple[list[Any], list[Any]]] | None:
-    """The required node affinity's terms as (expressions, fields); None when there are none."""
+def _terms(spec: Mapping[str, Any], nodes: int, budget: int) -> list[tuple[list[Any], list[Any]]] | None:
+    """The required node affinity's terms as (expressions, fields); None when there are none.
+    Raises PlacementTooCostly as soon as matching what has been read against `nodes` nodes
+    would pass `budget` checks (a term, each requirement, each value an In/NotIn scans):
+    the reading stops there too."""
     affinity = spec.get("affinity")
     if affinity is None:
         return None
@@ -112,20 +133,27 @@ def _terms(spec: Mapping[str, Any]) -> list[tuple[list[Any], list[Any]]] | None:
     if not isinstance(required, Mapping) or not isinstance(required.get("nodeSelectorTerms"), list):
         raise Unreadable("requiredDuringSchedulingIgnoredDuringExecution has no nodeSelectorTerms list")
     out = []
+    per_node, cost = budget // max(nodes, 1), 0
     for term in required["nodeSelectorTerms"]:
         if not isinstance(term, Mapping):
             raise Unreadable("a nodeSelectorTerm is not an object")
         exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
         if not isinstance(exprs, list) or not isinstance(fields, list):
             raise Unreadable("matchExpressions and matchFields must be lists")
+        cost += 1 + 2 * len(exprs) + len(fields)
+        if cost <= per_node:  # the values, where they are lists: read before they are checked
+            cost += sum(len(v) for e in exprs if isinstance(e, Mapping) and isinstance(v := e.get("values"), list))
+        if cost > per_node:
+            raise PlacementTooCostly(nodes, per_node)
         out.append(([_requirement(e, False) for e in exprs], [_requirement(f, True) for f in fields]))
     return out
 
 
-def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node]) -> list[Node]:
+def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node], budget: int = PLACEMENT_BUDGET) -> list[Node]:
     """The known nodes the pod can be placed on, by name, nodeSelector and required node
     affinity (terms ORed; a term with no requirement matches nothing, as in Kubernetes).
-    Raises Unreadable for a placement the scheduler could not read either."""
+    Raises Unreadable for a placement the scheduler could not read either, and
+    PlacementTooCostly when matching the affinity would exceed `budget` checks."""
     name = spec.get("nodeName")
     if name:
         if not isinstance(name, str):
@@ -137,13 +165,16 @@ def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node]) -> list[
         isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
     ):
         raise Unreadable("spec.nodeSelector is not a map of strings")
-    terms = _terms(spec)
+    # The nodeSelector first: a node is rejected at its first mismatching label, so this
+    # costs at most the node's own labels. The affinity is then read against a known count.
+    selected = [n for n in nodes.values() if not any(n.labels.get(k) != v for k, v in selector.items())]
+    terms = _terms(spec, len(selected), budget)
+    if terms is None:
+        return selected
     out = []
-    for node in nodes.values():
+    for node in selected:
         labels = node.labels
-        if any(labels.get(k) != v for k, v in selector.items()):
-            continue
-        if terms is not None and not any(
+        if not any(
             (exprs or fields)
             and all(_matches(r, labels) for r in exprs)
             and all(_matches(r, {"metadata.name": node.name}) for r in fields)
@@ -154,14 +185,33 @@ def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node]) -> list[
     return out
 
 
-def _settings_of(candidates: Iterable[Node], resolver: Resolver) -> dict[tuple[int, bool, bool], tuple[Node, Settings]]:
+# What the cheap checks decide with, before any node is looked at: a node with no labels
+# (no pool's exclusion or static-CPU selector can match it) that is not Windows.
+_ANY_NODE = Node(name=UNSCHEDULED, labels={}, allocatable_cpu=0, windows=False, ready=True)
+
+
+def _could_manage(record: Pod, namespace: Namespace | None, resolver: Resolver, vpa: bool) -> bool:
+    """Whether any of the configuration's settings (the global ones, each pool's) would
+    manage this pod on some node: the checks that read only the pod, its namespace and the
+    settings. False means no candidate node can change the answer."""
+    for settings in resolver.every():
+        if settings.dry_run or settings.blocked is not None:
+            continue
+        if eligibility(record, namespace, _ANY_NODE, settings, pod_level_resize=True, vpa=vpa) == MANAGED:
+            return True
+    return False
+
+
+def _settings_of(
+    candidates: Iterable[Node], resolver: Resolver, pod_level_resize: Callable[[Node], bool]
+) -> dict[tuple[int, bool, bool, bool], tuple[Node, Settings]]:
     """One representative candidate per distinct (settings, what eligibility reads of a
     node): eligibility is decided once per kind of node, not once per node."""
-    kinds: dict[tuple[int, bool, bool], tuple[Node, Settings]] = {}
+    kinds: dict[tuple[int, bool, bool, bool], tuple[Node, Settings]] = {}
     for node in candidates:
         settings = resolver.for_labels(node.labels)
         static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
-        key = (id(settings), static or node_excluded(node.labels, settings), node.windows)
+        key = (id(settings), static or node_excluded(node.labels, settings), node.windows, pod_level_resize(node))
         if key not in kinds:
             kinds[key] = (node, settings)
     return kinds
@@ -174,16 +224,25 @@ def _multiplier(settings: Sequence[Settings]) -> Fraction:
     return min([mult, *caps])
 
 
+def _no_pod_level(node: Node) -> bool:
+    return False
+
+
 def patch_for(
     pod: Mapping[str, Any],
     namespace: Namespace | None,
     resolver: Resolver,
     neighbours: Neighbours = EMPTY,
     nodes: Mapping[str, Node] | None = None,
+    pod_level_resize: Callable[[Node], bool] = _no_pod_level,
 ) -> list[dict[str, Any]]:
     """JSONPatch operations for a pod being created; [] when nothing applies.
 
-    `nodes` is the controller's node cache (None: not synced, so no mutation). The pod
+    `nodes` is the controller's node cache (None: not synced, so no mutation);
+    `pod_level_resize` the controller's own answer, per node, to whether a pod-level limit
+    can be resized there (by default no: a pod-level pod then gets nothing it could never
+    shed). Raises PlacementTooCostly (the caller counts and logs it) when the pod's
+    affinity is too costly to match. The pod
     gets a limit only if the controller would manage it on every candidate node: the same
     eligibility function decides per node with that node's settings (dry-run, paused and
     blocked configurations mutate nothing), and the namespace's VerticalPodAutoscalers.
@@ -197,21 +256,25 @@ def patch_for(
     if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
         return []
     try:
-        candidates = candidate_nodes(spec, nodes)
-    except Unreadable:
-        return []
-    if not candidates:
-        return []
-    try:
         record = pod_from_dict({**pod, "metadata": {"name": "new", **meta}, "spec": {**spec, "nodeName": UNSCHEDULED}})
     except RecordError:
         return []  # the API server will report the bad quantity itself
     vpa = neighbours.vpa_controlling(record) is not None
-    kinds = _settings_of(candidates, resolver)
+    if not _could_manage(record, namespace, resolver, vpa):
+        return []
+    try:
+        candidates = candidate_nodes(spec, nodes)
+    except PlacementTooCostly:
+        raise
+    except Unreadable:
+        return []
+    if not candidates:
+        return []
+    kinds = _settings_of(candidates, resolver, pod_level_resize)
     for node, settings in kinds.values():
         if settings.dry_run or settings.blocked is not None:
             return []
-        if eligibility(record, namespace, node, settings, pod_level_resize=True, vpa=vpa) != MANAGED:
+        if eligibility(record, namespace, node, settings, pod_level_resize=pod_level_resize(node), vpa=vpa) != MANAGED:
             return []
     cap, problem = user_cap(record)
     if problem is not None:
