@@ -126,6 +126,50 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
             )
             assert "may not change" in (refused({"metadata": {"labels": {"app": "other"}}}) or "")
             assert refused({"metadata": {"annotations": {"kube-headroom.dev/probe": "x"}}}) is None  # its own prefix
+            # Through pods/resize its token may change CPU limits only, on any pod (a
+            # kube-system one here): requests, memory, a CPU limit removed are refused.
+            create_pod(
+                api,
+                "kube-system",
+                node,
+                f"sys-{ns}",
+                containers=[container(cpu="100m", limit="200m", mem="64Mi", mem_limit="128Mi")],
+            )
+            sys_path = pod_path("kube-system", f"sys-{ns}") + "/resize"
+
+            def resize(resources: dict, dry: str = "") -> str | None:
+                body = {"spec": {"containers": [{"name": "app", "resources": resources}]}}
+                try:
+                    as_sa.patch(sys_path + dry, body, STRATEGIC_PATCH)
+                except ApiError as exc:
+                    return exc.message
+                return None
+
+            try:
+                deadline = time.monotonic() + 20  # until the API server enforces the new policy
+                while resize({"requests": {"cpu": "200m"}}, "?dryRun=All") is None:
+                    assert time.monotonic() < deadline, "a request change through pods/resize is still let through"
+                    time.sleep(0.5)
+                shapes = {
+                    "cpu request": {"requests": {"cpu": "200m"}, "limits": {"cpu": "400m"}},
+                    "memory request": {"requests": {"memory": "96Mi"}},
+                    "memory limit": {"limits": {"memory": "256Mi"}},
+                    "cpu and memory requests and the memory limit": {
+                        "requests": {"cpu": "150m", "memory": "100Mi"},
+                        "limits": {"memory": "200Mi"},
+                    },
+                }
+                for what, resources in shapes.items():
+                    why = resize(resources)
+                    assert why is not None and "may change only containers' CPU limits" in why, (what, why)
+                assert resize({"limits": {"cpu": "300m"}}) is None  # a CPU limit: allowed
+                got = api.get(pod_path("kube-system", f"sys-{ns}"))["spec"]["containers"][0]["resources"]
+                assert got == {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"cpu": "300m", "memory": "128Mi"},
+                }
+            finally:
+                api.delete(pod_path("kube-system", f"sys-{ns}"))
             # the controller, as this identity, writes its limit and its status annotation
             start_controller("--lease-namespace", ns, kubeconfig=kubeconfig)
             wait_limits(api, namespace, "web", ["5"], timeout=20)

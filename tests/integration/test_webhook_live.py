@@ -366,26 +366,27 @@ def test_stalled_clients_cannot_hold_admissions(
             honest,
         )
         assert answers and set(answers) == {408}, set(answers)
-        # one address holds at most the per-client bound of open connections
+        # One address holds at most the per-client bound of open connections: past it a new
+        # one takes the place of the oldest idle one.
         ctx = ssl.create_default_context(cadata=ca.decode())
         ctx.check_hostname = False
-        held, refused = [], 0
+        held = []
         try:
             for _ in range(160):
-                s = ctx.wrap_socket(_client("127.0.0.3", port))
-                s.settimeout(0.2)
+                held.append(ctx.wrap_socket(_client("127.0.0.3", port)))
+            still = 0
+            for s in held:
+                s.settimeout(0.01)
                 try:
-                    if s.recv(1) == b"":
-                        refused += 1
+                    still += s.recv(1) != b""
                 except TimeoutError:
-                    pass  # still open
+                    still += 1  # open, waiting
                 except OSError:
-                    refused += 1
-                held.append(s)
+                    pass
         finally:
             for s in held:
                 s.close()
-        assert refused == 160 - 128, refused
+        assert still <= 128, still
         metrics = c.http("/metrics", c.metrics_port)[1]
         assert 'headroom_webhook_requests_total{result="slow-body"}' in metrics
     finally:

@@ -289,15 +289,23 @@ def test_every_dashboard_query_parses_as_promql(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_a_validating_admission_policy_limits_the_controllers_pod_writes_by_default():
+def test_validating_admission_policies_limit_the_controllers_pod_writes_by_default():
+    """Two policies, both for the controller's ServiceAccount alone: pod updates (annotations
+    only) and pods/resize (CPU limits only; tests/integration/test_rbac_webhook.py holds
+    what each refuses on the real API server)."""
     docs = render()
-    (policy,) = find(docs, "ValidatingAdmissionPolicy")
-    (binding,) = find(docs, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
-    (cond,) = policy["spec"]["matchConditions"]
+    policies = {
+        p["spec"]["matchConstraints"]["resourceRules"][0]["resources"][0]: p
+        for p in find(docs, "ValidatingAdmissionPolicy")
+    }
+    assert sorted(policies) == ["pods", "pods/resize"]
+    bindings = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(p["metadata"]["name"] for p in policies.values())
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
     (sa,) = find(docs, "ServiceAccount")
-    assert f'"system:serviceaccount:kube-headroom:{sa["metadata"]["name"]}"' in cond["expression"]
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]  # not pods/resize
+    for policy in policies.values():
+        (cond,) = policy["spec"]["matchConditions"]
+        assert f'"system:serviceaccount:kube-headroom:{sa["metadata"]["name"]}"' in cond["expression"]
     assert not find(render("admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
 
 

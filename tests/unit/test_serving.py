@@ -45,7 +45,12 @@ def stub(tmp_path: Path) -> Iterator[Stub]:
     ca_file = ca.write(tmp_path / "ca.crt")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "controller"), str(HERE)])}
     proc = subprocess.Popen(
-        [sys.executable, *os.environ.get("STUB_PREFIX", "").split(), str(HERE / "servers" / "stub_server.py"), str(tmp_path)],
+        [
+            sys.executable,
+            *os.environ.get("STUB_PREFIX", "").split(),
+            str(HERE / "servers" / "stub_server.py"),
+            str(tmp_path),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -211,7 +216,9 @@ def test_unanswered_bodies_across_connections_stay_under_the_memory_bound(stub: 
         t.join(60)
     grown = (stub.status("VmHWM") - peak) / 1024
     given, _ = _honest(stub, "127.0.0.1")
-    print(f"\n64 nearly complete 3 MiB bodies: peak RSS +{grown:.0f} MiB (bound {LIMITS.max_pending_bytes / 2**20:.0f} MiB held)")
+    print(
+        f"\n64 nearly complete 3 MiB bodies: peak RSS +{grown:.0f} MiB (bound {LIMITS.max_pending_bytes / 2**20:.0f} MiB held)"
+    )
     assert len(closed) == 64
     assert grown < 64 * MAX_BODY / 2**20 / 2, grown  # less than half of what was sent
     assert given
