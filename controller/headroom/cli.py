@@ -215,7 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from . import logs
     from .cluster.api import Api, ApiError, connect
-    from .engine.controller import Controller, Options
+    from .engine.controller import Controller, Options, UnsafeCertDir
 
     logs.setup(args.log_format, args.log_level)
     options = Options(
@@ -260,6 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         controller.run()
     except ApiError as exc:
         raise UsageError(f"cannot reach the API server: {exc}") from None
+    except UnsafeCertDir as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 

@@ -127,3 +127,50 @@ def test_the_certificate_files_are_written_only_into_a_directory_of_the_controll
     volume = tmp_path / "volume"
     (volume / "..data").mkdir(parents=True)
     assert own_cert_dir(volume) is None
+
+
+def test_a_certificate_directory_someone_else_can_write_is_refused_with_the_fix(tmp_path):
+    """Before: any writable directory was taken (another user's, mode 0777)."""
+    import os
+
+    import pytest
+
+    from headroom.engine.controller import UnsafeCertDir, own_cert_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UnsafeCertDir, match=r"mode 0777 lets its group or others write .*chmod go-w"):
+        own_cert_dir(shared)
+    if os.geteuid() == 0:  # root can hand a directory to another user, and still write to it
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(UnsafeCertDir, match=r"owned by uid 65534, not by this user \(uid 0\).*chown 0"):
+            own_cert_dir(theirs)
+    shared.chmod(0o700)
+    assert own_cert_dir(shared) == shared
+
+
+def test_planted_files_and_links_in_the_certificate_directory_are_never_written_through(tmp_path):
+    """Before: the key went through the fixed name `.tls.key.tmp`, opened without O_EXCL or
+    O_NOFOLLOW: a planted link there made the controller write its private key over the
+    link's target (a kubeconfig), and a planted file kept its owner and mode."""
+    import os
+
+    objs = Objects()
+    m = manager(objs)
+    m.ensure()
+    certs = tmp_path / "certs"
+    certs.mkdir(mode=0o700)
+    victim = tmp_path / "kubeconfig"
+    victim.write_text("apiVersion: v1\n")
+    for name in ("tls.key", "tls.crt"):
+        (certs / f".{name}.tmp").symlink_to(victim)
+    (certs / "tls.key").symlink_to(victim)  # even the final name as a link
+    assert m.write_files(certs) is True
+    assert victim.read_text() == "apiVersion: v1\n"
+    key = certs / "tls.key"
+    assert not key.is_symlink() and key.stat().st_mode & 0o777 == 0o600 and key.stat().st_uid == os.geteuid()
+    assert key.read_bytes() == base64.b64decode(objs.store[SECRET]["data"]["tls.key"])
+    assert not [p for p in certs.iterdir() if p.name.startswith(".") and not p.is_symlink()]  # no temporary left

@@ -27,10 +27,12 @@ into it itself (`write_files`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import ipaddress
 import logging
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,12 +234,19 @@ class CertManager:
                     continue
             except OSError:
                 pass
-            tmp = cert_dir / f".{name}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data[name])
-            os.chmod(tmp, mode)
-            tmp.replace(path)
+            # A new file of a random name, created exclusively and never through a link
+            # (mkstemp: O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600), then renamed over the old
+            # one: a planted file or link at any name is never written through.
+            fd, tmp = tempfile.mkstemp(dir=cert_dir, prefix=f".{name}.")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    os.fchmod(f.fileno(), mode)
+                    f.write(data[name])
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             written = True
         if written:
             log.info("webhook certificate written to the certificate directory", extra={"dir": str(cert_dir)})

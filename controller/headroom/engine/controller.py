@@ -84,16 +84,38 @@ class Options:
     resize_lag_seconds: float = 60.0
 
 
+class UnsafeCertDir(ValueError):
+    """A certificate directory the controller would write its private key into, but that
+    someone else owns or may write to."""
+
+
 def own_cert_dir(cert_dir: Path) -> Path | None:
     """`cert_dir` when the controller keeps its files itself: a writable directory that is
     not a Secret volume (the kubelet's volumes hold `..data`; the chart mounts them
-    read-only). Created when missing and its parent is writable. None otherwise."""
+    read-only). Created (mode 0700) when missing and its parent is writable. None otherwise.
+
+    Raises UnsafeCertDir for a writable directory that is not the running user's own, or
+    that its group or others may write: someone else could plant files or links there and
+    read or redirect the private key."""
     try:
         cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None
     if (cert_dir / "..data").exists() or not os.access(cert_dir, os.W_OK):
         return None
+    st = cert_dir.stat()
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeCertDir(
+            f"--webhook-cert-dir {cert_dir}: owned by uid {st.st_uid}, not by this user (uid {uid}); "
+            f"the private key is written there: use a directory of your own (chown {uid} {cert_dir}, "
+            f"or point --webhook-cert-dir at a new path)"
+        )
+    if st.st_mode & 0o022:
+        raise UnsafeCertDir(
+            f"--webhook-cert-dir {cert_dir}: mode {st.st_mode & 0o777:04o} lets its group or others write "
+            f"there, next to the private key: chmod go-w {cert_dir} (0700 is best)"
+        )
     return cert_dir
 
 
@@ -441,6 +463,7 @@ class Controller:
         for port in sorted(ports):
             self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
         if self.options.webhook_cert_dir:  # every replica serves it, leader or not
+            own_cert_dir(Path(self.options.webhook_cert_dir))  # an unsafe directory stops here, said once
             # Not a watched thread: it ends once the server runs (which /healthz then watches).
             threading.Thread(target=self._start_webhook, name="webhook-start", daemon=True).start()
         self.facts = discover(self.api)
