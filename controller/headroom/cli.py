@@ -545,6 +545,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (
+        output.Printable(stdout),
+        output.Printable(stderr),
+    )  # no text from elsewhere acts on the terminal
     try:
         code: int = args.func(args)
     except (SnapshotError, UsageError, UnreadableFile) as exc:
@@ -552,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = stdout, stderr
     return code
 
 

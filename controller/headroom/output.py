@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import io
 import json
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,36 @@ from .core.release import current_limit
 
 if TYPE_CHECKING:
     from .cluster.prometheus import Throttling
+
+
+# Characters a terminal acts on instead of showing: C0 and C1 controls but newline and tab
+# (escape sequences clear screens, retitle windows, hide text), and the bidirectional
+# overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on shown as an escape (`\\x1b`)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+class Printable(io.TextIOBase):
+    """A text stream that writes through `printable`: what the CLI prints came in part
+    from the cluster or a server (names, labels, messages, Prometheus's labels), and none
+    of it may act on the reader's terminal."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return bool(self.inner.isatty())
 
 
 def node_json(n: NodePlan) -> dict[str, Any]:

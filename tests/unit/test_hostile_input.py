@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -260,6 +261,13 @@ HOSTILE_FILES = [
     b"apiVersion: v1\nkind: Node\nmetadata: {name: n, labels: [y]}\nstatus: {allocatable: {cpu: '4'}}\n",
     b"apiVersion: v1\nkind: Pod\nmetadata: 7\n",
     b"kind: List\nitems: 7\n",
+    # integers past Python's integer-string limit (4,300 digits), as YAML and as JSON
+    b"apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\nspec:\n  minBurstFloor: "
+    + b"9" * 5000
+    + b"\n",
+    b'{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "status": {"allocatable": {"cpu": '
+    + b"9" * 5000
+    + b"}}}",
     # an alias bomb: 9 levels of 9 aliases, 470-odd bytes that expand to 387 million values
     b"a0: &a0 [x,x,x,x,x,x,x,x,x]\n"
     + b"".join(f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]\n".encode() for i in range(1, 9)),
@@ -375,3 +383,130 @@ def test_garbage_in_a_prometheus_answer_is_skipped_never_raised(result):
     good = {"metric": {"container": "app"}, "value": [1.0, "0.5"], "values": [[1.0, "0.25"], [2.0, "NaN"]]}
     assert vector_of([*result, good], ("container",))["app"] == 0.5
     assert matrix_of([*result, good])["app"] == [(1.0, 0.25)]
+
+
+def test_a_number_too_long_to_read_is_a_file_line_error(tmp_path, capsys):
+    """Before: a ValueError traceback (Python's 4,300-digit integer-string limit)."""
+    from headroom import cli
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n"
+        f"spec:\n  minBurstFloor: {'9' * 5000}\n"
+    )
+    assert cli.main(["validate", str(config)]) == 1
+    err = capsys.readouterr().out + capsys.readouterr().err
+    assert f"{config}:5" in err and "minBurstFloor" in err, err[:400]
+    snapshot = tmp_path / "nodes.json"
+    snapshot.write_text('{"apiVersion": "v1", "kind": "List", "items": [{"kind": "Node", "x": ' + "9" * 5000 + "}]}")
+    assert cli.main(["plan", "--snapshot", str(snapshot)]) == 2
+    assert f"{snapshot}:1:" in capsys.readouterr().err
+
+
+def test_text_from_the_cluster_never_acts_on_the_terminal(tmp_path, capsys):
+    """A label holding escape codes (clear the screen, retitle the terminal) or a bidi
+    override is printed escaped by every command; before, it was printed raw."""
+    from headroom import cli
+    from headroom.output import printable
+
+    assert printable("a\x1b[2J\x1b]0;pwned\x07b\u202e\n\t") == "a\\x1b[2J\\x1b]0;pwned\\x07b\\u202e\n\t"
+    hostile = "\x1b]0;pwned\x07\x1b[2J"
+    snapshot = tmp_path / "snap.json"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"pool": hostile}},
+        "status": {"allocatable": {"cpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    ns = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": hostile}},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "team"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "app" + hostile, "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node, ns, pod]}))
+    for argv in (
+        ["plan", "--snapshot", str(snapshot), "-o", "wide"],
+        ["explain", "team/web", "--snapshot", str(snapshot)],
+    ):
+        cli.main(argv)
+        both = "".join(capsys.readouterr())
+        assert "\x1b" not in both and "\x07" not in both, (argv, both[:300])
+    cli.main(["plan", "--snapshot", str(snapshot), "-o", "wide"])
+    assert "\\x1b" in "".join(capsys.readouterr())  # shown, escaped: the namespace's near-miss warning
+
+
+def _serve_once(handler: Any) -> tuple[str, Any]:
+    """A loopback HTTP server that answers each connection with `handler(socket)`."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=handler, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", server
+
+
+def test_a_prometheus_that_trickles_or_never_ends_its_answer_is_one_line():
+    """Before: a body sent a byte every 2 s was still being read after 35 s (the timeout
+    bounded each read), and an endless body ended in a MemoryError traceback."""
+    import time
+
+    from headroom.cluster.prometheus import Prometheus, PrometheusError
+
+    def trickle(conn: Any) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            try:
+                for _ in range(100):
+                    conn.sendall(b" ")
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+    def endless(conn: Any) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b" " * 65536
+            try:
+                while True:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                pass
+
+    for handler, timeout, expected in (
+        (trickle, 2.0, "did not answer within 2 s"),
+        (endless, 30.0, "larger than 4 MiB"),
+    ):
+        url, server = _serve_once(handler)
+        try:
+            started = time.monotonic()
+            with pytest.raises(PrometheusError, match=expected):
+                Prometheus(url, timeout=timeout, max_bytes=4 * 2**20).vector("up")
+            print(f"\n{handler.__name__}: {time.monotonic() - started:.1f} s to the one-line error")
+        finally:
+            server.close()
+
+
+def test_sample_times_outside_any_clock_are_skipped():
+    """Before: a sample time of 1e300 ended `explain --prometheus` in an OverflowError."""
+    from headroom.cluster.prometheus import matrix_of
+
+    result = [{"metric": {"container": "app"}, "values": [[1e300, "1"], [-5, "1"], [1700000000, "0.5"]]}]
+    assert matrix_of(result) == {"app": [(1700000000.0, 0.5)]}

@@ -62,7 +62,7 @@ class PlainResolver(VersionedResolver):
 
 def _go_int(text: str) -> int | None:
     """strconv.ParseInt(text, 0, 64), or ParseUint; None when neither reads it."""
-    if not _GO_INT.match(text):
+    if len(text) > 70 or not _GO_INT.match(text):  # 64 binary digits, a sign and a prefix at most
         return None
     sign = -1 if text.startswith("-") else 1
     body = text.lstrip("+-")
@@ -101,6 +101,8 @@ def resolve_plain(text: str) -> Any:
             return as_int
         if _FLOAT.match(plain):
             value = float(plain)
+            if math.isinf(value):  # out of float64's range: Go's ParseFloat fails, go-yaml keeps the string
+                return text
             if value.is_integer() and _INT64[0] <= value <= _INT64[1]:
                 return int(value)
             return value

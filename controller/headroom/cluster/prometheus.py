@@ -8,6 +8,7 @@ API documents) is a `PrometheusError` with one line to print; nothing else escap
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,32 +45,77 @@ class Throttling:
         return self.throttled_periods / self.periods if self.periods > 0 else 0.0
 
 
+MAX_ANSWER = 32 * 1024 * 1024  # bytes of one answer; a pod's series over a day are far fewer
+# Sample times outside this range (before 1970, after the year 5138) are not Prometheus's.
+MAX_TIME = 1e11
+
+
 class Prometheus:
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    """Prometheus's HTTP API with a deadline for each whole query (connect, headers and
+    every byte of the body: a server that trickles its answer is cut off) and a cap on
+    the answer's size."""
+
+    def __init__(self, url: str, timeout: float = 10.0, max_bytes: int = MAX_ANSWER) -> None:
         self.url = url.rstrip("/")
-        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(total=timeout), retries=False)
+        self.timeout, self.max_bytes = timeout, max_bytes
+        self.http = urllib3.PoolManager(retries=False)
+
+    def _read(self, path: str, fields: dict[str, str]) -> tuple[int, bytes]:
+        deadline = time.monotonic() + self.timeout
+        late = f"Prometheus at {self.url} did not answer within {self.timeout:g} s"
+        try:
+            r = self.http.request(
+                "GET",
+                f"{self.url}{path}",
+                fields=fields,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
+            )
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if time.monotonic() >= deadline:
+                raise PrometheusError(late) from None
+            raise PrometheusError(f"Prometheus at {self.url} is unreachable: {exc}") from None
+        # Socket timeouts bound each read, not the whole body: a timer cuts the body off.
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), r.shutdown)
+        timer.daemon = True
+        timer.start()
+        chunks, size = [], 0
+        try:
+            for chunk in r.stream(65536):
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise PrometheusError(
+                        f"Prometheus at {self.url} sent an answer larger than {self.max_bytes // 2**20} MiB: "
+                        "narrow the query (a shorter --window)"
+                    )
+                chunks.append(chunk)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if time.monotonic() >= deadline:
+                raise PrometheusError(late) from None
+            raise PrometheusError(f"Prometheus at {self.url} broke off its answer: {exc}") from None
+        finally:
+            timer.cancel()
+            r.release_conn()
+        if time.monotonic() >= deadline:
+            raise PrometheusError(late)
+        return r.status, b"".join(chunks)
 
     def _get(self, path: str, fields: dict[str, str]) -> Any:
+        status, data = self._read(path, fields)
         try:
-            r = self.http.request("GET", f"{self.url}{path}", fields=fields)
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise PrometheusError(f"Prometheus at {self.url} is unreachable: {exc}") from None
-        try:
-            body = orjson.loads(r.data)
+            body = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise PrometheusError(
-                f"Prometheus at {self.url} answered HTTP {r.status} with something that is not its API's JSON "
+                f"Prometheus at {self.url} answered HTTP {status} with something that is not its API's JSON "
                 "(is this the Prometheus server's address?)"
             ) from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise PrometheusError(
-                f"Prometheus at {self.url} refused the query (HTTP {r.status}): {error or body!r:.200}"
-            )
-        data = body.get("data")
-        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+            raise PrometheusError(f"Prometheus at {self.url} refused the query (HTTP {status}): {error or body!r:.200}")
+        answer = body.get("data")
+        if not isinstance(answer, dict) or not isinstance(answer.get("result"), list):
             raise PrometheusError(f"Prometheus at {self.url} answered without a result list")
-        return data["result"]
+        return answer["result"]
 
     def vector(self, expr: str, *labels: str) -> dict[str, float]:
         """An instant query: {the series' `labels` joined by '/': value}."""
@@ -121,7 +167,7 @@ def matrix_of(result: list[Any]) -> dict[str, list[tuple[float, float]]]:
         for pair in values:
             if isinstance(pair, list) and len(pair) == 2:
                 t, v = _number(pair[0]), _number(pair[1])
-                if t is not None and v is not None:
+                if t is not None and v is not None and 0 <= t < MAX_TIME:
                     points.append((t, v))
         out[key] = points
     return out

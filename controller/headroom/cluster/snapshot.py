@@ -42,13 +42,34 @@ class Snapshot:
         return self.resolution().resolver
 
 
+class _LongNumber(ValueError):
+    def __init__(self, digits: str) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _json_int(digits: str) -> int:
+    """An integer of a JSON file; one longer than any int64 (or Python's integer-string
+    limit) is refused: kubectl could not read it either."""
+    if len(digits.lstrip("-")) > 20:
+        raise _LongNumber(digits)
+    return int(digits)
+
+
 def _parse(path: Path) -> list[Any]:
     """The file's objects: JSON as `kubectl get -o json` prints it, else YAML read as kubectl
     reads it (the same reader as `headroom validate`, keeping line numbers)."""
     text = read_text(path)
     if text.lstrip().startswith(("{", "[")):
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_int=_json_int)
+        except _LongNumber as exc:
+            at = text.find(exc.digits)
+            line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+            raise SnapshotError(
+                f"{path}:{line}:{col}: not usable JSON: a number of {len(exc.digits)} digits, "
+                "larger than any Kubernetes field holds"
+            ) from None
         except json.JSONDecodeError as exc:
             raise SnapshotError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
         except RecursionError:
