@@ -170,6 +170,38 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
                 }
             finally:
                 api.delete(pod_path("kube-system", f"sys-{ns}"))
+            # Secrets: RBAC lets its token create any name; the policy lets it write only its
+            # webhook certificate, never a service-account token it could then read.
+            secret_name = f"{release}-webhook-tls"
+
+            def create_secret(name: str, kind: str, annotations: dict | None = None, dry: str = "") -> str | None:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "annotations": annotations or {}},
+                    "type": kind,
+                    "data": {"tls.crt": "", "tls.key": ""} if kind == "kubernetes.io/tls" else {},
+                }
+                try:
+                    as_sa.post(f"/api/v1/namespaces/{ns}/secrets{dry}", body)
+                except ApiError as exc:
+                    return exc.message
+                return None
+
+            stolen = {"kubernetes.io/service-account.name": "default"}
+            deadline = time.monotonic() + 20  # until the API server enforces the new policy
+            while create_secret("probe", "Opaque", dry="?dryRun=All") is None:
+                assert time.monotonic() < deadline, "the controller's token still creates any Secret"
+                time.sleep(0.5)
+            for name, kind, annotations in (
+                (secret_name, "kubernetes.io/service-account-token", stolen),
+                (secret_name, "Opaque", None),
+                ("another", "kubernetes.io/tls", None),
+            ):
+                why = create_secret(name, kind, annotations)
+                assert why is not None and "may write only its webhook certificate Secret" in why, (name, kind, why)
+            assert create_secret(secret_name, "kubernetes.io/tls") is None  # what the controller writes
+            api.delete(f"/api/v1/namespaces/{ns}/secrets/{secret_name}")
             # the controller, as this identity, writes its limit and its status annotation
             start_controller("--lease-namespace", ns, kubeconfig=kubeconfig)
             wait_limits(api, namespace, "web", ["5"], timeout=20)

@@ -290,15 +290,16 @@ def test_every_dashboard_query_parses_as_promql(tmp_path):
 
 
 def test_validating_admission_policies_limit_the_controllers_pod_writes_by_default():
-    """Two policies, both for the controller's ServiceAccount alone: pod updates (annotations
-    only) and pods/resize (CPU limits only; tests/integration/test_rbac_webhook.py holds
-    what each refuses on the real API server)."""
+    """Three policies, each for the controller's ServiceAccount alone: pod updates
+    (annotations only), pods/resize (CPU limits only) and Secret writes (its webhook
+    certificate only; none with cert-manager). tests/integration/test_rbac_webhook.py holds
+    what each refuses on the real API server."""
     docs = render()
     policies = {
         p["spec"]["matchConstraints"]["resourceRules"][0]["resources"][0]: p
         for p in find(docs, "ValidatingAdmissionPolicy")
     }
-    assert sorted(policies) == ["pods", "pods/resize"]
+    assert sorted(policies) == ["pods", "pods/resize", "secrets"]
     bindings = find(docs, "ValidatingAdmissionPolicyBinding")
     assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(p["metadata"]["name"] for p in policies.values())
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
@@ -307,6 +308,8 @@ def test_validating_admission_policies_limit_the_controllers_pod_writes_by_defau
         (cond,) = policy["spec"]["matchConditions"]
         assert f'"system:serviceaccount:kube-headroom:{sa["metadata"]["name"]}"' in cond["expression"]
     assert not find(render("admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    with_cert_manager = find(render("webhook.certManager.enabled=true"), "ValidatingAdmissionPolicy")
+    assert len(with_cert_manager) == 2
 
 
 def test_the_network_policy_is_a_switch_that_needs_the_api_servers_peers():
