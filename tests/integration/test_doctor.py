@@ -139,9 +139,12 @@ def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_
 
     with contextlib.suppress(ApiError):
         api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")
-    ns = "kube-headroom"
-    with contextlib.suppress(ApiError):
-        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # The Lease in a namespace of its own (--lease-namespace): before, doctor then looked for
+    # the Deployment there, said "no kube-headroom Deployment in leases" and never FAILed.
+    ns, leases = "kube-headroom", "headroom-leases"
+    for name in (ns, leases):
+        with contextlib.suppress(ApiError):
+            api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     labels = {"app.kubernetes.io/name": "kube-headroom", "app.kubernetes.io/instance": "headroom"}
     dep = {
         "apiVersion": "apps/v1",
@@ -157,7 +160,7 @@ def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_
                         {
                             "name": "controller",
                             "image": "x",
-                            "args": ["run", f"--lease-namespace={ns}", "--lease-name=headroom"],
+                            "args": ["run", f"--lease-namespace={leases}", "--lease-name=headroom"],
                         }
                     ]
                 },
@@ -168,19 +171,22 @@ def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": "headroom", "namespace": ns},
+        "metadata": {"name": "headroom", "namespace": leases},
         "spec": {"holderIdentity": "headroom-abc", "leaseDurationSeconds": 15, "renewTime": now},
     }
     api.post(f"/apis/apps/v1/namespaces/{ns}/deployments", dep)
-    api.post(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", lease)
+    api.post(f"/apis/coordination.k8s.io/v1/namespaces/{leases}/leases", lease)
     try:
         out = doctor(control_plane.kubeconfig()).stdout
         first = out.splitlines()[0]
         assert first.startswith("FAIL  config: no HeadroomConfig named 'cluster': nothing is written"), out
-        assert f"ok    leader: Lease {ns}/headroom held by headroom-abc" in out, out
-        assert f"Deployment {ns}/headroom has 0 of 2 replicas ready" in out, out
+        for flags in ((), ("--lease-namespace", leases)):
+            out = headroom_cli(control_plane.kubeconfig(), "doctor", *flags, timeout=60).stdout
+            assert f"ok    leader: Lease {leases}/headroom held by headroom-abc" in out, (flags, out)
+            assert f"FAIL  controller: Deployment {ns}/headroom has 0 of 2 replicas ready" in out, (flags, out)
+            assert "no kube-headroom Deployment" not in out, (flags, out)
     finally:
         with contextlib.suppress(ApiError):
             api.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/headroom")
         with contextlib.suppress(ApiError):
-            api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/headroom")
+            api.delete(f"/apis/coordination.k8s.io/v1/namespaces/{leases}/leases/headroom")

@@ -326,11 +326,12 @@ def config_check(api: Api) -> Iterator[Finding]:
 
 
 def controller_checks(
-    api: Api, namespace: str, lease_name: str | None, install: Install | None = None
+    api: Api, namespace: str, lease_namespace: str, lease_name: str | None, install: Install | None = None
 ) -> Iterator[Finding]:
-    """Is a controller running and leading? The Deployment's ready replicas and the Lease's
-    last renewal — a stopped controller leaves its objects' conditions as they were. The
-    Deployments come from `install`'s cluster-wide list when there is one."""
+    """Is a controller running and leading? The Deployment's ready replicas (in
+    `namespace`) and the Lease's last renewal (in `lease_namespace`, which may differ) — a
+    stopped controller leaves its objects' conditions as they were. The Deployments come
+    from `install`'s cluster-wide list when there is one."""
     instances: list[str] = []
     try:
         if install is not None:
@@ -346,7 +347,10 @@ def controller_checks(
     else:
         if not deps:
             yield Finding(
-                WARN, "controller", f"no kube-headroom Deployment in {namespace} (not installed with the chart there?)"
+                WARN,
+                "controller",
+                f"no kube-headroom Deployment in {namespace} (not installed with the chart there? a controller run "
+                "off-cluster has none: the leader line says whether one leads)",
             )
     for d in deps:
         name = d["metadata"]["name"]
@@ -371,12 +375,12 @@ def controller_checks(
     names = [lease_name] if lease_name else [*instances, "kube-headroom"]
     for name in dict.fromkeys(names):
         try:
-            lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+            lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/{lease_namespace}/leases/{name}")
         except ApiError as exc:
             if exc.status == 404:
                 continue
             if exc.status == 403:
-                yield _unreadable("leader", f"leases in {namespace}")
+                yield _unreadable("leader", f"leases in {lease_namespace}")
                 return
             raise
         spec = lease.get("spec") or {}
@@ -387,15 +391,16 @@ def controller_checks(
             yield Finding(
                 FAIL,
                 "leader",
-                f"Lease {namespace}/{name} last renewed {when}: no controller is leading, so nothing is written",
+                f"Lease {lease_namespace}/{name} last renewed {when}: no controller is leading, so nothing is written",
             )
         else:
-            yield Finding(OK, "leader", f"Lease {namespace}/{name} held by {holder}, renewed {age:.0f}s ago")
+            yield Finding(OK, "leader", f"Lease {lease_namespace}/{name} held by {holder}, renewed {age:.0f}s ago")
         return
     yield Finding(
         FAIL,
         "leader",
-        f"no Lease {' or '.join(dict.fromkeys(names))} in {namespace}: no controller has led here (wrong --lease-namespace?)",
+        f"no Lease {' or '.join(dict.fromkeys(names))} in {lease_namespace}: no controller has led here "
+        "(wrong --lease-namespace?)",
     )
 
 
@@ -412,7 +417,7 @@ def checks(
     is the release's ('' skips the webhook)."""
     config = list(config_check(api))
     yield from config
-    install = find_install(api) if lease_namespace is None or webhook is None else None
+    install = find_install(api)
     if install is not None:
         also = f" (also found: {', '.join(install.others)}; pick one with --lease-namespace)" if install.others else ""
         yield Finding(
@@ -460,7 +465,9 @@ def checks(
             ok_rbac = False
             yield Finding(FAIL, "rbac", f"this identity may not {what}; bind it to the chart's ClusterRole and Role")
     yield Finding(OK if ok_rbac else FAIL, "rbac", "checked every permission the controller needs")
-    yield from controller_checks(api, lease_namespace, lease_name, install)
+    # The Deployment where the release runs; the Lease where its controller's flag puts it.
+    deployment_namespace = install.namespace if install is not None else lease_namespace
+    yield from controller_checks(api, deployment_namespace, lease_namespace, lease_name, install)
 
     try:
         snap = read_cluster(api)
