@@ -444,7 +444,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--webhook-configuration", help="the MutatingWebhookConfiguration whose caBundle to keep")
     p.add_argument(
-        "--webhook-cert-check", type=float, default=3600.0, help="seconds between certificate checks (default 3600)"
+        "--webhook-cert-check",
+        type=float,
+        default=10.0,
+        help="seconds between the leader's checks of the webhook Secret and caBundle (default 10)",
     )
 
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default 15)")

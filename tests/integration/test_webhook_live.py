@@ -210,7 +210,10 @@ def test_off_cluster_the_controller_writes_its_own_certificate_files(
     """docs/install.md, "Run the controller from your workstation": a webhook configuration
     that calls the controller by URL with no caBundle, a certificate directory that does not
     exist yet, and no kubelet to mount the Secret: the controller issues the certificate,
-    writes it into the directory itself and serves it; a new pod gets its limit."""
+    writes it into the directory itself and serves it; a new pod gets its limit. In the
+    order a first-time user met: the configuration registered after the controller started
+    (before, its caBundle stayed empty and restarts did not fill it); then the Secret
+    deleted and the controller restarted (before, the Secret was never made again)."""
     make_node()
     headroom_config()
     certs = tmp_path / "headroom-certs"
@@ -218,25 +221,41 @@ def test_off_cluster_the_controller_writes_its_own_certificate_files(
     secret = "/api/v1/namespaces/default/secrets/headroom-webhook-tls"
     with contextlib.suppress(ApiError):
         api.delete(secret)
-    register(api, "headroom", port, None)
+    with contextlib.suppress(ApiError):
+        api.delete(f"{WEBHOOK}/headroom")
+    args = (
+        "--lease-namespace", "default", "--webhook-port", str(port), "--webhook-cert-dir", str(certs),
+        "--webhook-secret", "headroom-webhook-tls", "--webhook-names", "127.0.0.1",
+        "--webhook-configuration", "headroom",
+    )  # fmt: skip
+
+    def limits_given(what: str) -> float:
+        started = time.monotonic()
+        while not create(api, namespace, f"p-{time.monotonic_ns()}")[0]:
+            assert time.monotonic() - started < 30, f"no pod got its limit from the off-cluster webhook {what}"
+            time.sleep(0.5)
+        return time.monotonic() - started
+
     try:
-        c = start_controller(
-            "--lease-namespace", "default", "--webhook-port", str(port), "--webhook-cert-dir", str(certs),
-            "--webhook-secret", "headroom-webhook-tls", "--webhook-names", "127.0.0.1",
-            "--webhook-configuration", "headroom",
-        )  # fmt: skip
+        c = start_controller(*args)
         c.wait_for_log("webhook certificate written to the certificate directory", timeout=30)
         c.wait_for_log("webhook serving", timeout=30)
-        deadline = time.monotonic() + 20
-        while not create(api, namespace, f"p-{int(time.monotonic() * 1000)}")[0]:
-            assert time.monotonic() < deadline, "no pod got its limit from the off-cluster webhook"
-            time.sleep(0.5)
+        register(api, "headroom", port, None)  # only now: the order is the user's
+        print(
+            f"\nconfiguration registered after the start: first limit {limits_given('after registering'):.1f} s later"
+        )
         stored = api.get(secret)["data"]
         assert (certs / "tls.crt").read_bytes() == base64.b64decode(stored["tls.crt"])
         assert (certs / "tls.key").read_bytes() == base64.b64decode(stored["tls.key"])
         assert (certs / "tls.key").stat().st_mode & 0o777 == 0o600
         served = hashlib.sha256(ssl.PEM_cert_to_DER_cert((certs / "tls.crt").read_text())).hexdigest()
         assert _served_fingerprint(port) == served
+        c.stop()
+        api.delete(secret)  # the directory keeps the old files
+        c = start_controller(*args)
+        c.wait_for_log("webhook certificate issued", timeout=30)
+        print(f"Secret deleted, controller restarted: first limit {limits_given('after the restart'):.1f} s later")
+        assert api.get(secret)["data"]["tls.crt"] != stored["tls.crt"]
     finally:
         with contextlib.suppress(ApiError):
             api.delete(f"{WEBHOOK}/headroom")

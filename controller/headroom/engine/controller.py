@@ -77,7 +77,7 @@ class Options:
     webhook_secret: str | None = None
     webhook_names: tuple[str, ...] = ()
     webhook_configuration: str | None = None
-    webhook_cert_check: float = 3600.0
+    webhook_cert_check: float = 10.0
     status_annotation: bool = True  # write kube-headroom.dev/status on managed pods
     pod_metrics: bool = False  # export headroom_pod_limit_cores (a series per managed container)
     # how long a managed pod's applied and spec CPU limits may differ before headroom_resize_lag_pods counts it
@@ -583,34 +583,34 @@ class Controller:
             str(o.webhook_configuration),
         )
         files = own_cert_dir(Path(o.webhook_cert_dir)) if o.webhook_cert_dir else None
-        wait, copied_at = 0.0, -1e18
-        while not self.stop.wait(wait):
-            wait = o.webhook_cert_check
+        # A check reads the Secret and the webhook configuration (two GETs) and fixes what
+        # differs, whatever the order the user made them in: every `webhook_cert_check`
+        # seconds, at once when this replica starts or stops leading, and every second while
+        # its own directory has no certificate yet.
+        due, was_leading = 0.0, None
+        while not self.stop.wait(1.0 if was_leading is not None else 0.0):
+            leading = self.leading()
+            if leading == was_leading and time.monotonic() < due:
+                continue
+            was_leading, due = leading, time.monotonic() + o.webhook_cert_check
             try:
-                if self.leading():
+                if leading:
                     self.writer.fence()
                     manager.ensure()
-                elif files is None or time.monotonic() - copied_at < o.webhook_cert_check:
-                    wait = 1.0
-                    continue
                 if files is not None:
                     # A directory of the controller's own (off-cluster): no kubelet puts the
-                    # Secret there. Until it holds a certificate, look again every second.
+                    # Secret there.
                     manager.write_files(files)
-                    if (files / "tls.crt").is_file():
-                        copied_at = time.monotonic()
-                    else:
-                        wait = 1.0
+                    if not (files / "tls.crt").is_file():
+                        due = time.monotonic() + 1.0
             except NotLeader:
-                continue
+                due = 0.0
             except ApiError as exc:
                 log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
                 self._error("certificate")
-                wait = min(o.webhook_cert_check, 30.0)
             except Exception:
                 log.exception("webhook certificate check crashed; retrying")
                 self._error("certificate")
-                wait = min(o.webhook_cert_check, 30.0)
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""
