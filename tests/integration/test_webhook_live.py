@@ -531,3 +531,30 @@ def test_one_costly_review_holds_no_other(
     pool_body = dict(body, metadata={**body["metadata"], "name": "costly-dry-2"})
     api.post(f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pool_body)
     assert len([r for r in c.logs() if "too costly" in str(r.get("msg"))]) == 2
+
+
+def test_doctor_checks_the_ca_bundle_of_a_url_webhook(
+    control_plane, api, namespace, headroom_config, webhook_controller, make_node
+):
+    """An off-cluster webhook is called by URL: doctor makes the API server's TLS handshake
+    itself and says whether the caBundle trusts what is served, in dry-run too. Before, a
+    URL webhook's caBundle was never checked: `ok webhook: not tried` in dry-run while
+    every call failed TLS."""
+    from cluster_helpers import headroom_cli
+    from cryptography.hazmat.primitives import serialization
+
+    from headroom.testbed.pki import CA
+
+    make_node()
+    headroom_config(dryRun=True)
+    c, port = webhook_controller("headroom-doctor")
+    c.wait_for_log("webhook serving")
+    name = f"headroom-doctor-{port}"
+    url = f"https://127.0.0.1:{port}/mutate"
+    out = headroom_cli(control_plane.kubeconfig(), "doctor", "--webhook-configuration", name, timeout=60).stdout
+    assert f"ok    webhook: {name}'s caBundle trusts the certificate served at {url}" in out, out
+    other = CA("someone-else").cert.public_bytes(serialization.Encoding.PEM)
+    register(api, name, port, other)  # a caBundle of another CA
+    out = headroom_cli(control_plane.kubeconfig(), "doctor", "--webhook-configuration", name, timeout=60).stdout
+    assert f"FAIL  webhook: {name}'s caBundle does not trust the certificate served at {url}" in out, out
+    assert "not tried: HeadroomConfig is in dry-run" in out  # and the reason it made no dry-run pod

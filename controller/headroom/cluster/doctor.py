@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+import socket
+import ssl
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +142,47 @@ def _trust_checks(api: Api, name: str, bundle: bytes, namespace: str, secret: st
     )
 
 
+def _url_trust_checks(name: str, url: str, bundle: bytes, timeout: float = 5.0) -> Iterator[Finding]:
+    """A webhook called by URL (a controller run off-cluster): what the API server does
+    with it, done from here — a TLS handshake with the URL's host that must verify with
+    the caBundle alone."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    if not bundle:
+        yield Finding(
+            FAIL,
+            "webhook",
+            f"{name} calls {url} with an empty caBundle: the API server cannot trust it, so new pods get no limit "
+            "at creation (it fails open); the controller's leader fills it in when run with --webhook-secret, "
+            "--webhook-names and --webhook-configuration",
+        )
+        return
+    try:
+        context = ssl.create_default_context(cadata=bundle.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        yield Finding(FAIL, "webhook", f"{name}'s caBundle holds no usable certificate ({exc}): new pods get no limit")
+        return
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            pass
+    except ssl.SSLCertVerificationError as exc:
+        yield Finding(
+            FAIL,
+            "webhook",
+            f"{name}'s caBundle does not trust the certificate served at {url} ({exc.verify_message}): the API "
+            "server's calls fail TLS, so new pods get no limit at creation (it fails open); the controller's "
+            "leader puts its CA back at its next certificate check",
+        )
+        return
+    except (OSError, ssl.SSLError) as exc:
+        yield Finding(WARN, "webhook", f"{url} could not be reached from here ({exc}); the API server may reach it")
+        return
+    yield Finding(OK, "webhook", f"{name}'s caBundle trusts the certificate served at {url}")
+
+
 def webhook_checks(
     api: Api, name: str, managed: list[str], dry_run: bool, secret: str | None = None, configured: bool = True
 ) -> Iterator[Finding]:
@@ -169,6 +213,8 @@ def webhook_checks(
         namespace, svc = str(service.get("namespace")), str(service.get("name"))
         yield from _endpoint_checks(api, name, namespace, svc)
         yield from _trust_checks(api, name, bundle, namespace, secret or f"{svc}-webhook-tls")
+    elif url := (hook.get("clientConfig") or {}).get("url"):
+        yield from _url_trust_checks(name, str(url), bundle)
     if not managed:
         yield Finding(WARN, "webhook", "not tried: no managed namespace to create a dry-run pod in")
         return
