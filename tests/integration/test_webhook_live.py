@@ -540,9 +540,9 @@ def test_doctor_checks_the_ca_bundle_of_a_url_webhook(
     itself and says whether the caBundle trusts what is served, in dry-run too. Before, a
     URL webhook's caBundle was never checked: `ok webhook: not tried` in dry-run while
     every call failed TLS."""
-    from cluster_helpers import headroom_cli
     from cryptography.hazmat.primitives import serialization
 
+    from cluster_helpers import headroom_cli
     from headroom.testbed.pki import CA
 
     make_node()
