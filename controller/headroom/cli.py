@@ -48,7 +48,12 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
         print(f"warning: {problem}", file=sys.stderr)
     if resolver.base.blocked is not None:
         print(f"warning: nothing would be written: {resolver.base.blocked}", file=sys.stderr)
+    # Only the namespaces asked about: `plan -n a` and `explain a/pod` say nothing of the others.
+    pod = getattr(args, "pod", None)
+    asked = pod.split("/", 1)[0] if pod and "/" in pod else getattr(args, "namespace", None)
     for ns in sorted(snap.namespaces.values(), key=lambda n: n.name):
+        if asked is not None and ns.name != asked:
+            continue
         miss = None if namespace_managed(ns, resolver.base) else opt_in_near_miss(ns)
         if miss is not None:
             print(f"warning: {miss}", file=sys.stderr)
@@ -170,6 +175,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
     for warning in tie_warnings(valid, node_labels):
         print(warning, file=sys.stderr)
+    if live is not None and not live:
+        print(
+            "warning: --live: the cluster has no HeadroomConfig: the controller writes nothing until one is "
+            "applied (these files were checked against the defaults)",
+            file=sys.stderr,
+        )
     merged = merge_problems(valid, live)
     for p in merged:
         print(p)

@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .core.eligibility import POOL_PAUSED
 from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from .core.quantity import format_milli
 from .core.records import INIT, applied_limits
@@ -180,7 +181,9 @@ def plan_table(plan: ClusterPlan) -> str:
                 format_milli(s.allocatable),
                 format_milli(s.booked),
                 format_milli(s.slack) if s.slack >= 0 else f"-{format_milli(-s.slack)}",
-                str(s.managed_pods),
+                # as the HeadroomConfig and NodePoolProfile status count them: a paused pool's
+                # pods are managed, their limits held
+                str(s.managed_pods + sum(1 for pp in n.pods if pp.reason == POOL_PAUSED)),
                 f"{s.factor:.2f}",
                 n.settings.mode,
             ]
@@ -223,7 +226,7 @@ def plan_wide(plan: ClusterPlan) -> str:
                     p.pod.name,
                     c["name"],
                     format_milli(c["requestMilli"]),
-                    "-" if c["currentLimitMilli"] is None else format_milli(c["currentLimitMilli"]),
+                    "none" if c["currentLimitMilli"] is None else format_milli(c["currentLimitMilli"]),
                     _applied_cell(c["name"], applied),
                     "-" if target is None else format_milli(target),
                     write,
@@ -308,8 +311,10 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         write = "dry-run only" if st.dry_run else "yes"
     elif t.bound.startswith("ResourceQuota "):
         write = f"no, {t.bound} has no room left for the raise"
-    else:
+    elif all(c.current == c.target for c in t.containers) and (not t.pod_level or t.pod_level_current == t.target):
         write = "no, already at target"
+    else:
+        write = "no, within the deadband of the target (a change this small is not worth a resize)"
     lines.append("  write: " + write)
     if p.warning:
         lines.append(f"  warning: {p.warning}")

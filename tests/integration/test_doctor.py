@@ -180,6 +180,13 @@ def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_
         out = doctor(control_plane.kubeconfig()).stdout
         first = out.splitlines()[0]
         assert first.startswith("FAIL  config: no HeadroomConfig named 'cluster': nothing is written"), out
+        # validate --live against that cluster: the profiles are fine, but it says nothing
+        # is written there yet (before: a plain `ok`)
+        live = headroom_cli(
+            control_plane.kubeconfig(), "validate", "--live", "examples/nodepoolprofiles.yaml", timeout=60
+        )
+        assert live.returncode == 0 and live.stdout.startswith("ok:"), live.stdout + live.stderr
+        assert "the cluster has no HeadroomConfig: the controller writes nothing" in live.stderr, live.stderr
         for flags in ((), ("--lease-namespace", leases)):
             out = headroom_cli(control_plane.kubeconfig(), "doctor", *flags, timeout=60).stdout
             assert f"ok    leader: Lease {leases}/headroom held by headroom-abc" in out, (flags, out)

@@ -347,7 +347,7 @@ def test_plan_wide_shows_each_container_and_which_are_written():
     assert rows[0] == ["NAMESPACE", "POD", "CONTAINER", "REQUEST", "LIMIT", "APPLIED", "TARGET", "WRITE"]
     by = {(row[1], row[2]): row[3:] for row in rows[1:]}
     assert by[("web-7f9c-a", "istio-proxy")] == ["100m", "200m", "200m", "-", "-"]  # excluded by name: keeps its limit
-    assert by[("build-a", "build")] == ["500m", "-", "none", "1500m", "yes"]
+    assert by[("build-a", "build")] == ["500m", "none", "none", "1500m", "yes"]  # no limit, in both columns
 
 
 def test_plan_and_explain_read_vpas_limit_ranges_and_quotas_from_a_snapshot(tmp_path):
@@ -435,3 +435,51 @@ def test_plan_warns_about_a_namespace_label_that_nearly_opts_in(tmp_path):
     )
     assert "kubectl label namespace typo-key kube-headrom.dev/mode- kube-headroom.dev/mode=managed" in r.stderr
     assert "namespace fine" not in r.stderr
+    # Asked about one namespace, it speaks of that one only (before: every run repeated all).
+    r = headroom("plan", "--snapshot", str(snap), "-n", "typo-key")
+    assert "namespace typo-key" in r.stderr and "typo-value" not in r.stderr, r.stderr
+    r = headroom("explain", "fine/web", "--snapshot", str(snap))
+    assert "typo" not in r.stderr, r.stderr
+
+
+def test_explain_says_a_limit_within_the_deadband_is_not_written_for_that_reason(tmp_path):
+    """Before: `limit 3800m -> 4 (within deadband)` and then `write: no, already at target`."""
+    snap = tmp_path / "snap.yaml"
+    snap.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team, labels: {kube-headroom.dev/mode: managed}}\n---\n"
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
+        "status: {allocatable: {cpu: '4'}, conditions: [{type: Ready, status: 'True'}]}\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: team}\n"
+        "spec: {nodeName: n1, containers: [{name: app, resources: {requests: {cpu: '1'}, limits: {cpu: 3800m}}}]}\n"
+        "status: {phase: Running}\n"
+    )
+    r = headroom("explain", "team/web", "--snapshot", str(snap))
+    assert r.returncode == 0, r.stderr
+    assert "limit 3800m -> 4 (within deadband)" in r.stdout, r.stdout
+    assert "write: no, within the deadband of the target" in r.stdout, r.stdout
+
+
+def test_plan_counts_a_paused_pools_pods_as_managed_as_the_status_does(tmp_path):
+    """A paused pool's pods are managed with their limits held: the status's MANAGED says
+    2, and so does plan's node table (before, 0 beside every pod's PoolPaused)."""
+    snap = tmp_path / "snap.yaml"
+    pods = "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: web-{i}, namespace: team}}\n"
+        "spec: {nodeName: n1, containers: [{name: app, resources: {requests: {cpu: '1'}}}]}\n"
+        "status: {phase: Running}\n"
+        for i in range(2)
+    )
+    snap.write_text(
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: HeadroomConfig\nmetadata: {name: cluster}\n---\n"
+        "apiVersion: kube-headroom.dev/v1alpha1\nkind: NodePoolProfile\nmetadata: {name: batch}\n"
+        "spec: {nodeSelector: {matchLabels: {pool: batch}}, paused: true}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team, labels: {kube-headroom.dev/mode: managed}}\n---\n"
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {pool: batch}}\n"
+        "status: {allocatable: {cpu: '4'}, conditions: [{type: Ready, status: 'True'}]}\n" + pods
+    )
+    r = headroom("plan", "--snapshot", str(snap))
+    assert r.returncode == 0, r.stderr
+    header, row = [line.split() for line in r.stdout.split("\n\n")[0].splitlines()]
+    assert dict(zip(header, row, strict=True))["MANAGED"] == "2" and row[-1] == "Paused", r.stdout
+    assert r.stdout.count("PoolPaused") == 2

@@ -139,3 +139,30 @@ def test_selectors_read_the_kubernetes_way_never_in_the_direction_that_writes_mo
         with _pytest.raises(ValidationError) as exc:
             config(spec)
         assert field in str(exc.value) and "must not be empty" in str(exc.value)
+
+
+def test_the_controllers_configuration_log_says_what_happened(caplog):
+    """The words an operator reads: a first usable configuration in dry-run does not say
+    writes resume; a problem that goes away (fixed, or its object deleted) is said to."""
+    import logging
+
+    from headroom.engine.config import ConfigState
+
+    state = ConfigState()
+    config = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
+    bad = {
+        "apiVersion": "kube-headroom.dev/v1alpha1",
+        "kind": "NodePoolProfile",
+        "metadata": {"name": "batch"},
+        "spec": {"priority": "high"},
+    }
+    with caplog.at_level(logging.INFO, logger="headroom.config"):
+        state.update([], [])
+        state.update([{**config, "spec": {"dryRun": True}}], [bad])
+        state.update([{**config, "spec": {"dryRun": True}}], [])
+    said = [(r.getMessage(), getattr(r, "object", None), getattr(r, "why", None)) for r in caplog.records]
+    assert said[0][0] == "nothing will be written"
+    assert ("invalid configuration", "NodePoolProfile/batch", None) in said
+    assert ("configuration problem gone", "NodePoolProfile/batch", "the object was deleted") in said
+    assert any(m.startswith("configuration usable, in dry-run: no pod is written") for m, _, _ in said), said
+    assert not any("writes resume" in m for m, _, _ in said), said

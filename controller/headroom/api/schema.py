@@ -12,8 +12,11 @@ order the server does:
 4. the OpenAPI schema, with `jsonschema` (unknown fields refused, as with
    `fieldValidation=Strict`);
 5. the CRD's CEL rules (`x-kubernetes-validations`), with `cel-python`, plus the
-   Kubernetes CEL library functions the rules use (`isQuantity`, `quantity`), only when
-   the schema passed — the server skips them otherwise.
+   Kubernetes CEL library functions the rules use (`isQuantity`, `quantity`), unless the
+   schema found a *blocking* error — a wrong type, a value outside an enum, a missing
+   required field, too long a string, too many items or properties — as the server does:
+   then it adds one line saying the rules were not checked. Other schema errors (a
+   minimum, a pattern) are reported together with the rules' own.
 
 `status` is dropped first: the server ignores it on create (the status subresource).
 """
@@ -211,6 +214,19 @@ def _schema_problems(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
         yield loc, _message(err)
 
 
+# The schema errors after which the API server does not evaluate the CEL rules (its
+# field.ErrorTypes TypeInvalid, NotSupported, Required, TooLong and TooMany), and what it says.
+_BLOCKING = frozenset({"type", "anyOf", "enum", "required", "maxLength", "maxItems", "maxProperties"})
+NOT_CHECKED = (
+    "some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation"
+)
+
+
+def _blocks_cel(kind: str, obj: dict[str, Any]) -> bool:
+    return any(err.validator in _BLOCKING for err in _validator(kind).iter_errors(obj))
+
+
 def _unknown_only(schema: dict[str, Any], value: Any) -> Iterator[Problem]:
     for err in jsonschema.Draft4Validator(_strict(schema)).iter_errors(value):
         if err.validator == "additionalProperties":
@@ -370,6 +386,8 @@ def check(obj: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
     if unknown:  # strict field validation fails on these alone, before any other check
         return unknown, stored
     problems.extend(found)
-    if not problems:
+    if not _blocks_cel(str(kind), stored):
         problems.extend(_cel_problems(stored, schema, ()))
+    elif found:
+        problems.append(((), NOT_CHECKED))
     return problems, stored

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..api.resolve import Resolution, resolve
+from ..core import keys
 from ..core.params import Resolver, Settings
 
 log = logging.getLogger("headroom.config")
@@ -58,12 +59,25 @@ class ConfigState:
                     "invalid configuration",
                     extra={"object": key, "error": message, "running": new.running.get(key, "ignored")},
                 )
+        names = {
+            f"{kind}/{(o.get('metadata') or {}).get('name')}"
+            for kind, objs in ((keys.CONFIG_KIND, configs), (keys.PROFILE_KIND, profiles))
+            for o in objs
+        }
+        for key in old.problems.keys() - new.problems.keys():
+            log.info(
+                "configuration problem gone",
+                extra={"object": key, "why": "fixed" if key in names else "the object was deleted"},
+            )
         blocked = new.resolver.base.blocked
         if blocked != self._said_blocked:
             if blocked is not None:
                 log.error("nothing will be written", extra={"reason": blocked})
             elif self._said_blocked is not None:
-                log.info("configuration usable again: writes resume")
+                if new.resolver.base.dry_run:
+                    log.info("configuration usable, in dry-run: no pod is written, only what would be is reported")
+                else:
+                    log.info("configuration usable: writes resume")
             self._said_blocked = blocked
         return new
 
