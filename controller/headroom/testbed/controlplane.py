@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cluster.api import Api, ApiError, connect
+from . import host
 from .pki import CA, signing_key
 
 ADMIN_TOKEN = "headroom-test-admin-token"
@@ -96,16 +96,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of --service-cluster-ip-range
 KUBERNETES_NAMES = [
     "kubernetes",
@@ -143,6 +133,7 @@ class ControlPlane:
     def start(self, timeout: float = 120) -> ControlPlane:
         begin = time.monotonic()
         atexit.register(self.stop)
+        host.note("workdirs", str(self.workdir))
         w = self.workdir
         self.ca = CA()
         self.ca.write(self.ca_file)
@@ -271,8 +262,7 @@ class ControlPlane:
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(host.spawn(argv, self.workdir / f"{name}.log"))
 
     def _wait_ready(self, timeout: float) -> None:
         api = Api(connect(str(self.kubeconfig())), timeout=5)
@@ -313,6 +303,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         for p in reversed(self.procs):
-            _stop(p)
+            host.stop_process(p)
         self.procs.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        host.done("workdirs", str(self.workdir))

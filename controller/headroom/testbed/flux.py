@@ -24,7 +24,8 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from ..cluster.api import ApiError
-from .controlplane import ControlPlane, ControlPlaneError, _stop, build_quietly, free_port
+from . import host
+from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port
 
 CONTROLLERS = ("source-controller", "kustomize-controller", "helm-controller")
 NAMESPACE = "flux-system"
@@ -204,10 +205,7 @@ class Flux:
                     f"--storage-addr=127.0.0.1:{storage}",
                     f"--storage-adv-addr=127.0.0.1:{storage}",
                 ]
-            log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-            self.procs[name] = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=self.workdir
-            )
+            self.procs[name] = host.spawn(argv, self.workdir / f"{name}.log", env=env, cwd=self.workdir)
         deadline = time.monotonic() + timeout
         while not all(self._healthy(n) for n in CONTROLLERS):
             for name, p in self.procs.items():
@@ -232,7 +230,7 @@ class Flux:
 
     def stop(self) -> None:
         for p in self.procs.values():
-            _stop(p)
+            host.stop_process(p)
         self.procs.clear()
 
 

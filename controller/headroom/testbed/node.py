@@ -2,10 +2,14 @@
 `ControlPlane`, for the tests and `headroom demo`.
 
 Everything it needs from the host is changed only for as long as it runs, and put back
-as it was found when it stops (also from `atexit`):
+as it was found when it stops (also from `atexit`; and, should the process die, by the
+watchdog or the next run, from the notes `testbed/host.py` keeps of every change):
 
 - the sysctls the kubelet insists on (`vm.overcommit_memory=1`, `kernel.panic=10`,
-  `kernel.panic_on_oops=1`) are read first and written back;
+  `kernel.panic_on_oops=1`) are read when the first node starts and written back when
+  the last one stops;
+- the pods' network namespaces (and so their veth pairs) are deleted once their
+  sandboxes are stopped, as the runtime does after a CNI DEL;
 - the kubelet's own cgroup root, in every cgroup v1 hierarchy, is created and removed
   (with the copy the kubelet makes in the cgroup2 hierarchy);
 - the CNI bridge (its own name) is deleted; IPAM state, containerd's root and state, the
@@ -34,7 +38,6 @@ import contextlib
 import itertools
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -47,7 +50,8 @@ from typing import Any
 
 from ..cluster.api import ApiError
 from ..core.quantity import cpu_milli
-from .controlplane import ControlPlane, ControlPlaneError, _stop, build_quietly, free_port
+from . import host
+from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port
 from .images import Entry, busybox_entries, write_image
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
@@ -58,51 +62,38 @@ RUNC = Path("/usr/sbin/runc")
 CNI_BIN = Path("/usr/lib/cni")
 BUSYBOX = Path("/bin/busybox")
 DEBIAN_PACKAGES = "runc containernetworking-plugins busybox-static"
-IPTABLES = ("iptables", "ip6tables")
-TABLES = ("mangle", "nat", "filter")
 _host_lock = threading.Lock()
 _nodes_running = 0
 _chains_before: set[tuple[str, str, str]] = set()
-
-
-def _kube_chains() -> set[tuple[str, str, str]]:
-    """(tool, table, chain) of every KUBE-* chain on the host."""
-    found = set()
-    for tool in IPTABLES:
-        for table in TABLES:
-            r = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True, text=True)
-            found |= {(tool, table, line[3:]) for line in r.stdout.splitlines() if line.startswith("-N KUBE-")}
-    return found
-
-
-def _remove_chains(chains: set[tuple[str, str, str]]) -> None:
-    """Each chain's jumps from other chains, then its rules, then the chain."""
-    for tool, table in {(tool, table) for tool, table, _ in chains}:
-        names = {chain for t, tb, chain in chains if (t, tb) == (tool, table)}
-        rules = subprocess.run([tool, "-w", "-t", table, "-S"], capture_output=True, text=True).stdout
-        for line in rules.splitlines():
-            words = shlex.split(line)
-            if words[:1] == ["-A"] and words[1] not in names and set(words) & names:
-                subprocess.run([tool, "-w", "-t", table, "-D", *words[1:]], capture_output=True)
-        for flag in ("-F", "-X"):
-            for chain in sorted(names):
-                subprocess.run([tool, "-w", "-t", table, flag, chain], capture_output=True)
+_sysctls: dict[str, str] = {}
 
 
 def _node_started() -> None:
+    """The first node of this process: the KUBE-* chains and the sysctls as found."""
     global _nodes_running, _chains_before
     with _host_lock:
         if _nodes_running == 0:
-            _chains_before = _kube_chains()
+            _chains_before = host.kube_chains()
+            host.note("chains_before", sorted(_chains_before))
+            for key in SYSCTLS:
+                _sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
+                host.note("sysctls", (key, _sysctls[key]))
         _nodes_running += 1
 
 
 def _node_stopped() -> None:
+    """The last node of this process: the chains its kubelets added go, the sysctls come back."""
     global _nodes_running
     with _host_lock:
         _nodes_running -= 1
         if _nodes_running == 0:
-            _remove_chains(_kube_chains() - _chains_before)
+            host.remove_chains(host.kube_chains() - _chains_before)
+            host.done("chains_before")
+            for key, value in _sysctls.items():
+                with contextlib.suppress(OSError):
+                    (Path("/proc/sys") / key).write_text(value)
+                host.done("sysctls", key)
+            _sysctls.clear()
 
 
 CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
@@ -215,7 +206,6 @@ class RealNode:
     service_network: bool = False
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
-    _sysctls: dict[str, str] = field(default_factory=dict)
     _counted: bool = False  # counted in _nodes_running
     _made_log_dir: bool = False
     _cadvisor_link: bool = False  # this node's containerd is the one the kubelet's cAdvisor reads
@@ -237,8 +227,9 @@ class RealNode:
 
     # --- host changes, each undone by stop() ---------------------------------------------
     def _prepare_host(self) -> None:
-        for key in SYSCTLS:
-            self._sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
+        host.note("workdirs", str(self.workdir))
+        host.note("cgroups", self.cgroup_root)
+        host.note("links", self.bridge)  # made by the CNI bridge plugin at the first pod, or below
         for h in _hierarchies():
             d = h / self.cgroup_root.lstrip("/")
             d.mkdir(exist_ok=True)
@@ -247,7 +238,11 @@ class RealNode:
                     (d / f).write_text((h / f).read_text())
         log_dir = Path("/var/log/containers")
         self._made_log_dir = not log_dir.exists()
+        if self._made_log_dir:
+            host.note("dirs", str(log_dir))
         if self.service_network:
+            for family in ("ip", "ip6"):
+                host.note("nft", [family, "kube-proxy"])
             # The bridge and its gateway address exist before the kubelet starts, so the
             # gateway can be its --node-ip: a loopback node IP fails the kubelet's check,
             # leaving the Node without addresses and kube-proxy waiting 30 s for one. The
@@ -260,10 +255,6 @@ class RealNode:
                 subprocess.run(["ip", *args], check=True, capture_output=True)
 
     def _restore_host(self) -> None:
-        for key, value in self._sysctls.items():
-            with contextlib.suppress(OSError):
-                (Path("/proc/sys") / key).write_text(value)
-        self._sysctls.clear()
         for h in [*_hierarchies(), CGROUP_V1 / "unified"]:  # the kubelet mirrors its tree in cgroup2 too
             root = h / self.cgroup_root.lstrip("/")
             if root.exists():
@@ -273,7 +264,11 @@ class RealNode:
                         d.rmdir()
                 with contextlib.suppress(OSError):
                     root.rmdir()
+        # The pods' network namespaces (the runtime's part of a sandbox's CNI DEL), then the bridge.
+        host.delete_netns(host.netns_on_bridge(self.bridge))
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+        host.done("links", self.bridge)
+        host.done("cgroups", self.cgroup_root)
         log_dir = Path("/var/log/containers")
         if log_dir.is_dir():  # the kubelet's links to this node's container logs
             for link in log_dir.iterdir():
@@ -282,6 +277,7 @@ class RealNode:
         if self._made_log_dir and log_dir.is_dir() and not any(log_dir.iterdir()):
             with contextlib.suppress(OSError):
                 log_dir.rmdir()
+            host.done("dirs", str(log_dir))
 
     # --- configuration ------------------------------------------------------------------
     def _containerd_config(self) -> Path:
@@ -429,8 +425,10 @@ state = "{w / "state"}"
             if CADVISOR_CONTAINERD.exists():
                 return
             if not CADVISOR_CONTAINERD.parent.is_dir():  # a fresh boot: no containerd has run here yet
+                host.note("dirs", str(CADVISOR_CONTAINERD.parent))
                 CADVISOR_CONTAINERD.parent.mkdir(mode=0o711)
                 self._cadvisor_dir = True
+            host.note("files", str(CADVISOR_CONTAINERD))
             CADVISOR_CONTAINERD.symlink_to(self.socket)
             self._cadvisor_link = True
 
@@ -439,6 +437,7 @@ state = "{w / "state"}"
             mine = CADVISOR_CONTAINERD.is_symlink() and Path(os.readlink(CADVISOR_CONTAINERD)) == self.socket
             if self._cadvisor_link and mine:
                 CADVISOR_CONTAINERD.unlink()
+                host.done("files", str(CADVISOR_CONTAINERD))
             self._cadvisor_link = False
             if self._cadvisor_dir:
                 # Made by this node: containerd's shims left their (now empty) socket and runc
@@ -451,6 +450,7 @@ state = "{w / "state"}"
                         d.rmdir()
                 with contextlib.suppress(OSError):
                     run.rmdir()
+                host.done("dirs", str(run))
                 self._cadvisor_dir = False
 
     @property
@@ -523,7 +523,7 @@ state = "{w / "state"}"
         node's reservation does: the containers keep running, the node's allocatable
         changes. Seconds until the node reported the new allocatable and was Ready again."""
         begin = time.monotonic()
-        _stop(self.procs.pop("kubelet"))
+        host.stop_process(self.procs.pop("kubelet"))
         self.cpu_reserved = cpu_reserved
         env = {**os.environ, "PATH": f"{self.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self._start_kubelet(env, timeout)
@@ -560,8 +560,7 @@ state = "{w / "state"}"
             raise ControlPlaneError(f"ctr images import {archive.name}: {r.stderr.strip()}")
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process; kept across restarts
-        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        self.procs[name] = host.spawn(argv, self.workdir / f"{name}.log", env=env)
 
     def _wait(self, check: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -612,24 +611,26 @@ state = "{w / "state"}"
 
     def stop(self) -> None:
         """Stop the kubelet, every pod's containers, then containerd; put the host back."""
-        if not self.procs and not self._sysctls and not self._counted:
+        if not self.procs and not self._counted:
             return
         if "kubelet" in self.procs:
-            _stop(self.procs["kubelet"])
+            host.stop_process(self.procs["kubelet"])
         self._remove_pods()
         for p in reversed(list(self.procs.values())):
-            _stop(p)
+            host.stop_process(p)
         self.procs.clear()
         self._unmount()
         if self.service_network:
             for family in ("ip", "ip6"):
                 subprocess.run(["nft", "delete", "table", family, "kube-proxy"], capture_output=True)
+                host.done("nft", [family, "kube-proxy"])
         self._restore_host()
         self._release_cadvisor_socket()
         if self._counted:
             self._counted = False
             _node_stopped()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        host.done("workdirs", str(self.workdir))
         # The Node object goes too: nothing will renew its lease, and a node that stays behind
         # turns NotReady and draws the controller-manager's evictions and the scheduler's eye.
         with contextlib.suppress(Exception):

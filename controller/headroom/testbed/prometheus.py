@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .controlplane import ControlPlaneError, _stop, free_port
+from . import host
+from .controlplane import ControlPlaneError, free_port
 
 
 @dataclass
@@ -37,17 +38,14 @@ class PrometheusServer:
             "scrape_configs": self.scrape_configs,
         }
         (self.workdir / "prometheus.yml").write_text(json.dumps(config, indent=1))  # JSON is YAML
-        log = open(self.workdir / "prometheus.log", "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
+        self.proc = host.spawn(
             [
                 str(self.binary),
                 f"--config.file={self.workdir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={self.workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            self.workdir / "prometheus.log",
         )
         deadline = time.monotonic() + timeout
         while True:
@@ -78,5 +76,5 @@ class PrometheusServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc)
+            host.stop_process(self.proc)
             self.proc = None

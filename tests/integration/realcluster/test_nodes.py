@@ -118,17 +118,21 @@ def test_the_kubelets_iptables_chains_go_when_the_last_node_stops(monkeypatch, r
     removes them. Counted as if no node ran yet: a chain that appears while nodes run goes,
     with its jumps, when the last one stops; the running node's own chains, there before,
     stay."""
+    from headroom.testbed import host
     from headroom.testbed import node as testbed_node
 
     monkeypatch.setattr(testbed_node, "_nodes_running", 0)
     monkeypatch.setattr(testbed_node, "_chains_before", testbed_node._chains_before)  # restored after
-    before = testbed_node._kube_chains()
+    monkeypatch.setattr(testbed_node, "_sysctls", {})  # the running node's originals stay its own
+    monkeypatch.setattr(host, "note", lambda kind, value: None)  # and so do the host notes
+    monkeypatch.setattr(host, "done", lambda kind, value=None: None)
+    before = host.kube_chains()
     assert ("iptables", "filter", "KUBE-KUBELET-CANARY") in before  # the running kubelet's
     testbed_node._node_started()
     chain = "KUBE-HEADROOM-TEST"
     for args in (["-N", chain], ["-A", chain, "-j", "RETURN"], ["-A", "OUTPUT", "-d", "192.0.2.255/32", "-j", chain]):
         subprocess.run(["iptables", "-w", "-t", "filter", *args], check=True)
     testbed_node._node_stopped()
-    assert testbed_node._kube_chains() == before
+    assert host.kube_chains() == before
     rules = subprocess.run(["iptables", "-w", "-t", "filter", "-S", "OUTPUT"], capture_output=True, text=True).stdout
     assert chain not in rules
