@@ -88,7 +88,7 @@ def test_the_rules_decide_like_the_server_on_both_sides_of_each_bound():
     ]
     assert spec_problems(rateLimits={"clientQPS": 0}) == [
         "spec.rateLimits.clientQPS"
-    ]  # the server's schema alone misses 0
+    ]  # the server compares 0 with the minimum 0.1 truncated to 0: the CEL rule alone refuses it
     assert spec_problems(minBurstFloor="9223372036854775807") == []
     assert spec_problems(minBurstFloor="9223372036854775808") == ["spec.minBurstFloor"]
     assert spec_problems(minBurstFloor="500m\n") == ["spec.minBurstFloor"]  # Go's `$` is the very end

@@ -184,11 +184,29 @@ def _strict(schema: Any) -> Any:
     return out
 
 
+def _integral_bound(keyword: str) -> Any:
+    """The server's `minimum`/`maximum` (go-openapi): an integral value is compared with the
+    bound truncated to an integer, so `clientQPS: 0` passes `minimum: 0.1` there (and only
+    the CEL rule refuses it), while `0.05` fails it."""
+    draft4 = jsonschema.Draft4Validator.VALIDATORS[keyword]
+
+    def check(validator: Any, bound: Any, instance: Any, schema: dict[str, Any]) -> Any:
+        if isinstance(instance, int) and not isinstance(instance, bool) and isinstance(bound, float):
+            bound = int(bound)
+        yield from draft4(validator, bound, instance, schema)
+
+    return check
+
+
+# OpenAPI 3.0 is Draft 4 in these respects (boolean exclusiveMinimum).
+_Draft4 = jsonschema.validators.extend(
+    jsonschema.Draft4Validator, {"minimum": _integral_bound("minimum"), "maximum": _integral_bound("maximum")}
+)
+
+
 @functools.cache
 def _validator(kind: str) -> jsonschema.protocols.Validator:
-    schema = _strict(_schemas()[kind])
-    # OpenAPI 3.0 is Draft 4 in these respects (boolean exclusiveMinimum).
-    return jsonschema.Draft4Validator(schema)
+    return _Draft4(_strict(_schemas()[kind]))
 
 
 def _schema_problems(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
