@@ -3,7 +3,7 @@
 # writable filesystem (the chart mounts it read-only).
 # Not built on the development machines (no Docker engine there); linted with hadolint
 # by the test suite (tests/unit/test_dockerfile.py). `make image` builds the same image
-# without Docker (headroom/testbed/controller_image.py; a test checks the two agree).
+# without Docker (tests/testbed/controller_image.py; a test checks the two agree).
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src

@@ -21,7 +21,7 @@ setup: $(VENV)/.installed
 # where apt-get works (root); elsewhere the demo says why it runs only the simulated part.
 demo: setup
 	-@$(MAKE) -s $(NODE_FILES) >/dev/null 2>&1
-	$(BIN)/headroom demo
+	PYTHONPATH=tests $(BIN)/python -m testbed.demo
 
 lint: setup
 	$(BIN)/ruff check controller tests
@@ -70,7 +70,7 @@ tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP)
 # The controller image as an OCI archive (import it with `ctr images import`, or push it
 # with skopeo/crane); the Dockerfile describes the same image for those with Docker.
 image: setup $(MMDEBSTRAP)
-	$(BIN)/python -m headroom.testbed.controller_image .cache/image/kube-headroom.tar
+	PYTHONPATH=tests $(BIN)/python -m testbed.controller_image .cache/image/kube-headroom.tar
 
 # The older Kubernetes releases pinned in tests/testenv (pin.sh); the newest is go.mod's.
 OLDER_K8S := v1.35.4 v1.36.3

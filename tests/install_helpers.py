@@ -24,9 +24,9 @@ from chart import TOOLS
 from cluster_helpers import headroom_cli
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli
-from headroom.testbed.controller_image import build as build_image
-from headroom.testbed.controlplane import ControlPlane, build
-from headroom.testbed.node import RealNode, build_node
+from testbed.controller_image import build as build_image
+from testbed.controlplane import ControlPlane, build
+from testbed.node import RealNode, build_node
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBECTL = TOOLS / "bin" / "kubectl"

@@ -9,8 +9,8 @@ from typing import Any
 
 from chart import TOOLS, render
 from headroom.cluster.api import Api, ApiError, pod_path
-from headroom.testbed.node import RealNode, busy_pod
-from headroom.testbed.prometheus import PrometheusServer
+from testbed.node import RealNode, busy_pod
+from testbed.prometheus import PrometheusServer
 
 PERIOD_US = 100_000  # the kubelet's CFS period
 PROMETHEUS = TOOLS / "usr" / "bin" / "prometheus"

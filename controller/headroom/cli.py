@@ -291,20 +291,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if any(f.level == FAIL for f in findings) else 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-
-    from .cluster.api import ApiError
-    from .demo import run_demo
-    from .testbed.controlplane import ControlPlaneError
-
-    try:
-        return run_demo(Path(args.snapshot), args.seconds)
-    except ControlPlaneError as exc:
-        raise UsageError(str(exc)) from None
-    except ApiError as exc:
-        raise UsageError(f"demo failed: {exc}") from None
-
-
 def completion_script(shell: str) -> str:
     """A completion script generated from this parser, so it never falls behind it."""
     ap = parser()
@@ -520,11 +506,6 @@ def parser() -> argparse.ArgumentParser:
         "release, else headroom; '' skips it)",
     )
     p.set_defaults(func=cmd_doctor)
-
-    p = sub.add_parser("demo", help="run the controller on the example cluster on a local control plane")
-    p.add_argument("--snapshot", default="examples/cluster-snapshot.yaml", metavar="FILE")
-    p.add_argument("--seconds", type=float, default=30.0, help="longest time to let the controller run")
-    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser(
         "validate",

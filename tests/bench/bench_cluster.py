@@ -61,7 +61,7 @@ from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.planner import plan_cluster  # noqa: E402
 from headroom.core.quantity import cpu_milli  # noqa: E402
-from headroom.testbed import controlplane  # noqa: E402
+from testbed import controlplane  # noqa: E402
 
 SUBJECT_TOKEN = "headroom-test-controller-token"  # user headroom-controller, bound to cluster-admin here
 SUBJECT_USER = "headroom-controller"

@@ -4,7 +4,7 @@
     python tests/bench/bench_realnode.py --pods 3 --window 5
 
 Real parts: kube-apiserver + etcd, kube-scheduler, kube-controller-manager, and one real
-node (containerd, runc, CNI, the kubelet) on this machine's cgroups (headroom.testbed);
+node (containerd, runc, CNI, the kubelet) on this machine's cgroups (testbed);
 the real `headroom run` process. Each busy pod runs one thread that never sleeps, with
 a CPU request of 100m and a tight static limit of 200m, as a cluster that sets limits by
 habit has them. Three phases, each measured over the same window from the containers'
@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cluster_helpers import bind_controller, install_crds  # noqa: E402
 from headroom.cluster.api import Api, pod_path  # noqa: E402
 from headroom.core.quantity import cpu_milli, format_milli  # noqa: E402
-from headroom.testbed.controlplane import ControlPlane, build  # noqa: E402
-from headroom.testbed.node import RealNode, build_node, busy_pod, running_containers  # noqa: E402
+from testbed.controlplane import ControlPlane, build  # noqa: E402
+from testbed.node import RealNode, build_node, busy_pod, running_containers  # noqa: E402
 
 NS = "bench"
 

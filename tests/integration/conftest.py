@@ -19,7 +19,7 @@ import pytest
 from cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds, install_vpa_crd
 from faultproxy import FaultProxy
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
-from headroom.testbed.controlplane import ControlPlane, build, free_port
+from testbed.controlplane import ControlPlane, build, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

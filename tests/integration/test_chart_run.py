@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 from chart import ROOT, find, helm
 from cluster_helpers import SecretMount
 from headroom.cluster.api import Api, ApiError
-from headroom.testbed.controlplane import free_port
+from testbed.controlplane import free_port
 
 VALUES = {
     "default": [],

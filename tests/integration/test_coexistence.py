@@ -18,7 +18,7 @@ from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import ClusterPlan, plan_cluster
 from headroom.output import explain
-from headroom.sim.kubelet import SimulatedKubelet
+from testbed.sim_kubelet import SimulatedKubelet
 
 # The admission plugins' answers to a resize (LimitRanger, ResourceQuota) are the server's:
 # these run on every pinned release.

@@ -22,7 +22,7 @@ from factories import container
 from headroom.cluster.api import ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
-from headroom.sim.kubelet import SimulatedKubelet
+from testbed.sim_kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
 

@@ -4,7 +4,7 @@ import pytest
 
 from cluster_helpers import K8S_MINOR, K8S_VERSION
 from headroom.cluster.api import ApiError
-from headroom.testbed.controlplane import ControlPlane
+from testbed.controlplane import ControlPlane
 
 pytestmark = pytest.mark.version_sensitive
 

@@ -19,8 +19,8 @@ from argocd_health import CUSTOMIZATIONS, health
 from cluster_helpers import GROUP, cond, create_pod, profile, wait_for
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
-from headroom.sim.kubelet import SimulatedKubelet
-from headroom.testbed.controlplane import build
+from testbed.controlplane import build
+from testbed.sim_kubelet import SimulatedKubelet
 
 UPDATE = os.environ.get("HEADROOM_UPDATE_TESTDATA") == "1"
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/headroomconfigs.kube-headroom.dev"

@@ -79,7 +79,7 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
     from chart import find, render
     from cluster_helpers import create_pod, wait_annotation, wait_limits
     from headroom.cluster.api import connect, object_path
-    from headroom.sim.kubelet import SimulatedKubelet
+    from testbed.sim_kubelet import SimulatedKubelet
 
     ns = release = f"vap-{uuid.uuid4().hex[:6]}"
     api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})

@@ -23,7 +23,7 @@ import pytest
 from cluster_helpers import K8S_MINOR, K8S_VERSION, create_pod, wait_limits
 from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
-from headroom.sim.kubelet import SimulatedKubelet
+from testbed.sim_kubelet import SimulatedKubelet
 
 pytestmark = pytest.mark.version_sensitive
 

@@ -16,7 +16,7 @@ from cluster_helpers import K8S_MINOR, create_pod
 from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.core.records import pod_from_dict
-from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
+from testbed.sim_kubelet import INFEASIBLE, SimulatedKubelet
 
 pytestmark = pytest.mark.version_sensitive
 

@@ -24,8 +24,8 @@ from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
-from headroom.sim.kubelet import SimulatedKubelet
-from headroom.testbed.controlplane import ADMIN_TOKEN
+from testbed.controlplane import ADMIN_TOKEN
+from testbed.sim_kubelet import SimulatedKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 

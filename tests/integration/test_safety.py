@@ -14,7 +14,7 @@ from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
 from headroom.core.records import pod_from_dict, qos_class
-from headroom.sim.kubelet import INFEASIBLE, SimulatedKubelet
+from testbed.sim_kubelet import INFEASIBLE, SimulatedKubelet
 
 RESIZE = r"/pods/[^/]+/resize$"
 POD = r"/namespaces/[^/]+/pods/[^/]+$"

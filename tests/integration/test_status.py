@@ -9,7 +9,7 @@ from typing import Any
 from cluster_helpers import GROUP, K8S_MINOR, K8S_VERSION, cond, create_pod, profile, wait_for, wait_limits
 from factories import container
 from headroom.cluster.api import ApiError
-from headroom.sim.kubelet import SimulatedKubelet
+from testbed.sim_kubelet import SimulatedKubelet
 
 
 def ready(obj: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from cluster_helpers import SecretMount, profile
 from cluster_helpers import register_webhook as register
 from factories import container, pod
 from headroom.cluster.api import Api, ApiError
-from headroom.testbed.controlplane import free_port
+from testbed.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -543,7 +543,7 @@ def test_doctor_checks_the_ca_bundle_of_a_url_webhook(
     from cryptography.hazmat.primitives import serialization
 
     from cluster_helpers import headroom_cli
-    from headroom.testbed.pki import CA
+    from testbed.pki import CA
 
     make_node()
     headroom_config(dryRun=True)

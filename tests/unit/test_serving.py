@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from headroom.serving import Limits
-from headroom.testbed.pki import CA
 from headroom.webhook.server import LIMITS, MAX_BODY
+from testbed.pki import CA
 
 HERE = Path(__file__).resolve().parents[1]
 

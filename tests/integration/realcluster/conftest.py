@@ -18,8 +18,8 @@ import pytest
 from cluster_helpers import bind_controller, install_crds, install_vpa_crd
 from headroom.cluster.api import Api
 from headroom.core.quantity import cpu_milli, whole_units
-from headroom.testbed.controlplane import ControlPlane, build
-from headroom.testbed.node import CGROUP_V1, RealNode, build_node
+from testbed.controlplane import ControlPlane, build
+from testbed.node import CGROUP_V1, RealNode, build_node
 
 NODES: dict[str, RealNode] = {}  # the real nodes running now, by name
 

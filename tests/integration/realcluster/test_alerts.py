@@ -23,10 +23,10 @@ from chart import TOOLS
 from cluster_helpers import cpu_limits, headroom_cli
 from headroom.cluster.api import Api, ApiError
 from headroom.core.quantity import cpu_milli
-from headroom.testbed.controlplane import free_port
-from headroom.testbed.node import RealNode, busy_pod
-from headroom.testbed.prometheus import PrometheusServer
 from realnode_helpers import firing, start_prometheus, wait_running
+from testbed.controlplane import free_port
+from testbed.node import RealNode, busy_pod
+from testbed.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[3]
 KUBECTL = TOOLS / "bin" / "kubectl"

@@ -15,9 +15,9 @@ from pathlib import Path
 from browser import rendered
 from cluster_helpers import headroom_cli, wait_limits
 from headroom.cluster.api import MERGE_PATCH
-from headroom.testbed.node import RealNode, busy_pod
-from headroom.testbed.prometheus import PrometheusServer
 from realnode_helpers import start_prometheus, wait_running
+from testbed.node import RealNode, busy_pod
+from testbed.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[3]
 

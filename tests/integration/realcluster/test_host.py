@@ -1,6 +1,6 @@
 """The host after the testbed: as it was, whether a run ends normally, is SIGKILLed with
 its watchdog left to clean up, or is SIGKILLed together with its watchdog and the next
-run (or `python -m headroom.testbed.host`) cleans up. Each run here is a separate
+run (or `PYTHONPATH=tests python -m testbed.host`) cleans up. Each run here is a separate
 process with its own control plane and real node and one running pod (its network
 namespace and veth pair exist), beside this session's cluster, which is left alone."""
 
@@ -14,16 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-from headroom.testbed import host
-from headroom.testbed.node import SYSCTLS
+from testbed import host
+from testbed.node import SYSCTLS
 
 ROOT = Path(__file__).resolve().parents[3]
 
 CHILD = """
 import os, sys, time
-from headroom.testbed import host
-from headroom.testbed.controlplane import ControlPlane, build
-from headroom.testbed.node import RealNode, build_node, busy_pod, running_containers
+from testbed import host
+from testbed.controlplane import ControlPlane, build
+from testbed.node import RealNode, build_node, busy_pod, running_containers
 cp = ControlPlane(build())
 node = RealNode(cp, build_node())
 cp.start()
@@ -134,10 +134,8 @@ def test_a_killed_run_is_undone_by_its_watchdog_or_else_by_the_next_run(real_nod
     left = _diff(before, _host_state())
     assert left, "a run killed with its watchdog changed nothing on the host: the test proves nothing"
     print(f"killed with its watchdog: {sorted(left)} differ until cleaned")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "controller")}
-    out = subprocess.run(
-        [sys.executable, "-m", "headroom.testbed.host"], capture_output=True, text=True, env=env, timeout=120
-    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    out = subprocess.run([sys.executable, "-m", "testbed.host"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and "undone: what 1 dead test run(s) left" in out.stdout, out.stdout + out.stderr
     diff, _ = _settled(before, 10)
     assert not diff, json.dumps({k: [sorted(map(str, v)) for v in vs] for k, vs in diff.items()}, indent=1)[:3000]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,8 +20,8 @@ import pytest
 
 from chart import find, render
 from headroom.cluster.api import Api, pod_path
-from headroom.testbed.controller_image import PYTHON, BuiltImage, build
-from headroom.testbed.node import RealNode
+from testbed.controller_image import PYTHON, BuiltImage, build
+from testbed.node import RealNode
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -50,9 +51,10 @@ def _archive(path: Path) -> tuple[dict[str, Any], set[str]]:
 def test_the_image_is_reproducible_and_small(image: BuiltImage, tmp_path: Path) -> None:
     # Again through `make image`'s entry point, which prints the name and digest first.
     again = subprocess.run(
-        [sys.executable, "-m", "headroom.testbed.controller_image", str(tmp_path / "again.tar"), "--repo", str(ROOT)],
+        [sys.executable, "-m", "testbed.controller_image", str(tmp_path / "again.tar"), "--repo", str(ROOT)],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
     )
     assert again.returncode == 0, again.stderr
     print(

@@ -15,8 +15,8 @@ import time
 from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
 from headroom.cluster.api import ApiError, pod_path
 from headroom.core.quantity import cpu_milli
-from headroom.testbed.node import busy_pod
 from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota
+from testbed.node import busy_pod
 
 
 def test_the_scheduler_spreads_a_deployment_over_two_nodes_and_each_pool_gets_its_own_limits(
@@ -118,8 +118,8 @@ def test_the_kubelets_iptables_chains_go_when_the_last_node_stops(monkeypatch, r
     removes them. Counted as if no node ran yet: a chain that appears while nodes run goes,
     with its jumps, when the last one stops; the running node's own chains, there before,
     stay."""
-    from headroom.testbed import host
-    from headroom.testbed import node as testbed_node
+    from testbed import host
+    from testbed import node as testbed_node
 
     monkeypatch.setattr(testbed_node, "_nodes_running", 0)
     monkeypatch.setattr(testbed_node, "_chains_before", testbed_node._chains_before)  # restored after

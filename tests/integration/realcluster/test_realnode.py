@@ -1,6 +1,6 @@
 """Headroom on a real node: the kubelet, containerd, runc and the kernel's CFS quota.
 
-The node runs on this machine (`headroom.testbed.node.RealNode`): the kubelet built from
+The node runs on this machine (`testbed.node.RealNode`): the kubelet built from
 the pinned Kubernetes release, containerd from its Go module, Debian's runc and CNI
 plugins. What is asserted is what the kernel does: the container's `cpu.cfs_quota_us`
 after the resize, and the throttling counters in its `cpu.stat`.
@@ -17,8 +17,8 @@ from typing import Any
 from cluster_helpers import GROUP, LEASE, cpu_limits, node_events, wait_for, wait_limits, wait_node_event
 from headroom.cluster.api import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
-from headroom.testbed.node import RealNode, busy_pod
 from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota, wait_running
+from testbed.node import RealNode, busy_pod
 
 
 def window(node: RealNode, container_id: str, seconds: float) -> tuple[float, float, float]:
@@ -233,7 +233,7 @@ def _resize_trace(api: Api, ns: str, name: str, limit: str, seconds: float = 6.0
 def test_the_simulated_kubelet_answers_a_resize_as_the_real_one_does(api, namespace, real_node, make_node):
     """The simulated kubelet (kept for scale tests) is held to the real kubelet's answer to
     the same resize: the same status states, in the same order."""
-    from headroom.sim.kubelet import SimulatedKubelet
+    from testbed.sim_kubelet import SimulatedKubelet
 
     api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("traced", real_node.name, "100m", "200m", busy=False))
     wait_running(api, namespace, "traced")

@@ -1,4 +1,4 @@
-"""`headroom demo`: the example cluster on a real local control plane, before and after,
+"""`make demo`: the example cluster on a real local control plane, before and after,
 then the same policy on a real node of this machine.
 
 First: etcd and kube-apiserver (built from Go modules by tests/testenv/build.sh), the
@@ -16,25 +16,27 @@ kernel's counters. Elsewhere one line says why it was not run.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import logs
-from .api import crds
-from .cluster.api import MERGE_PATCH, Api, ApiError, object_path
-from .cluster.live import read_cluster
-from .cluster.snapshot import read_objects
-from .core import keys
-from .core.capabilities import pod_level_resize
-from .core.planner import ClusterPlan, plan_cluster
-from .core.quantity import cpu_milli, format_milli
-from .engine.controller import Controller, Options
-from .output import table
-from .sim.kubelet import SimulatedKubelet
-from .testbed.controlplane import ControlPlane, ControlPlaneError, build
-from .testbed.node import RealNode, build_node, busy_pod, running_containers, unavailable
+from headroom import logs
+from headroom.api import crds
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
+from headroom.cluster.live import read_cluster
+from headroom.cluster.snapshot import read_objects
+from headroom.core import keys
+from headroom.core.capabilities import pod_level_resize
+from headroom.core.planner import ClusterPlan, plan_cluster
+from headroom.core.quantity import cpu_milli, format_milli
+from headroom.engine.controller import Controller, Options
+from headroom.output import table
+
+from .controlplane import ControlPlane, ControlPlaneError, build
+from .node import RealNode, build_node, busy_pod, running_containers, unavailable
+from .sim_kubelet import SimulatedKubelet
 
 ORDER = ("CustomResourceDefinition", "Namespace", "Node", "HeadroomConfig", "NodePoolProfile", "Pod")
 
@@ -279,3 +281,30 @@ def _measure(api: Api, node: Any, ids: dict[str, str], seconds: float) -> dict[s
         share, _, cores = end.since(begin)
         out[n] = (_limit(api, n), end.quota_us, share, cores)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make demo`: the offline plan of the example at once (what `headroom plan --snapshot`
+    says), then the live part, which on a fresh machine first builds kube-apiserver and etcd."""
+    import argparse
+
+    from headroom import cli
+
+    ap = argparse.ArgumentParser(prog="make demo", description=__doc__)
+    ap.add_argument("--snapshot", default="examples/cluster-snapshot.yaml", metavar="FILE")
+    ap.add_argument("--seconds", type=float, default=30.0, help="longest time to let the controller run")
+    args = ap.parse_args(argv)
+    print(f"What Headroom would do on {args.snapshot}, offline (headroom plan --snapshot {args.snapshot}):\n")
+    code = cli.main(["plan", "--snapshot", args.snapshot])
+    if code:
+        return code
+    print("\nNow live, on a real kube-apiserver and etcd of this machine:", flush=True)
+    try:
+        return run_demo(Path(args.snapshot), args.seconds)
+    except (ControlPlaneError, ApiError) as exc:
+        print(f"error: demo failed: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

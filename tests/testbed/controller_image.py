@@ -18,7 +18,7 @@ client's asyncio copy (the controller imports `kubernetes.client` and `kubernete
 no `.pyc` files (the root filesystem is read-only; the byte code is compiled in memory at
 start).
 
-`python -m headroom.testbed.controller_image OUT.tar` builds it and prints the digest, the
+`python -m testbed.controller_image OUT.tar` builds it and prints the digest, the
 sizes and what takes the space; `make image` does that into `.cache/image/`.
 """
 

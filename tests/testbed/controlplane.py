@@ -1,4 +1,4 @@
-"""A real etcd and kube-apiserver on loopback, for the tests and `headroom demo`.
+"""A real etcd and kube-apiserver on loopback, for the tests and `make demo`.
 
 The binaries come from `tests/testenv/build.sh` (built from pinned Go modules). By default
 no scheduler or controller-manager runs: callers create Node objects, bind pods by setting
@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cluster.api import Api, ApiError, connect
+from headroom.cluster.api import Api, ApiError, connect
+
 from . import host
 from .pki import CA, signing_key
 
@@ -37,15 +38,12 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be built or started; the message says why."""
 
 
+TESTS = Path(__file__).resolve().parents[1]  # this checkout's tests/
+
+
 def source_script(name: str = "testenv") -> Path:
-    """tests/<name>/build.sh of the source tree this package runs from (or the cwd's)."""
-    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
-        script = root / "tests" / name / "build.sh"
-        if script.exists():
-            return script
-    raise ControlPlaneError(
-        f"tests/{name}/build.sh not found: run from a kube-headroom source checkout (pip install -e .)"
-    )
+    """tests/<name>/build.sh of this checkout."""
+    return TESTS / name / "build.sh"
 
 
 def build_script() -> Path:

@@ -1,5 +1,5 @@
 """A real Kubernetes node on this machine: containerd + runc + CNI + the kubelet, beside a
-`ControlPlane`, for the tests and `headroom demo`.
+`ControlPlane`, for the tests and `make demo`.
 
 Everything it needs from the host is changed only for as long as it runs, and put back
 as it was found when it stops (also from `atexit`; and, should the process die, by the
@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cluster.api import ApiError
-from ..core.quantity import cpu_milli
+from headroom.cluster.api import ApiError
+from headroom.core.quantity import cpu_milli
+
 from . import host
 from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port
 from .images import Entry, busybox_entries, write_image

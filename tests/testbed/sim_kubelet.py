@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ..cluster.api import MERGE_PATCH, Api, ApiError, pod_path
+from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 
 # The one refusal the simulation can inject. A real kubelet defers only a request raise the
 # node cannot fit (tests/integration/realcluster shows it), never a limit-only resize, so

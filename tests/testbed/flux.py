@@ -23,7 +23,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from ..cluster.api import ApiError
+from headroom.cluster.api import ApiError
+
 from . import host
 from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port
 

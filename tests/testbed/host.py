@@ -12,7 +12,7 @@ Two ways a dead run is undone:
 - a watchdog process, started with the first note, holds a pipe from the test process;
   when that process dies, for whatever reason, the pipe closes and the watchdog undoes
   what the notes still list (`undo`), then removes the file;
-- the next run's first note, and `python -m headroom.testbed.host` (documented in
+- the next run's first note, and `PYTHONPATH=tests python -m testbed.host` (documented in
   docs/development.md), undo the notes of every test process no longer alive.
 
 `undo` kills the processes (by process group, and any process whose command line names a
@@ -43,7 +43,7 @@ CGROUP_V1 = Path("/sys/fs/cgroup")
 IPTABLES = ("iptables", "ip6tables")
 TABLES = ("mangle", "nat", "filter")
 
-WATCHDOG = "import sys; from headroom.testbed import host; host.watch(int(sys.argv[1]))"
+WATCHDOG = "import sys; from testbed import host; host.watch(int(sys.argv[1]))"
 _lock = threading.Lock()
 _state: dict[str, Any] | None = None
 _watchdog: subprocess.Popen[bytes] | None = None
@@ -98,7 +98,7 @@ def _begin() -> dict[str, Any]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a kill of the test's process group leaves it to clean up
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},  # tests/
         )
     return _state
 
@@ -342,7 +342,7 @@ def watch(owner: int) -> None:
 
 
 def main() -> int:
-    """`python -m headroom.testbed.host`: undo what dead test runs left on this host."""
+    """`python -m testbed.host`: undo what dead test runs left on this host."""
     owners = undo_dead()
     print(f"undone: what {len(owners)} dead test run(s) left ({', '.join(map(str, owners)) or 'none'})")
     return 0
