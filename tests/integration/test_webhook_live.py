@@ -23,6 +23,7 @@ from cluster_helpers import register_webhook as register
 from factories import container, pod
 from headroom.cluster.api import Api, ApiError
 from testbed.controlplane import free_port
+from webhook_client import post_review
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -37,18 +38,7 @@ def create(api: Api, ns: str, name: str) -> tuple[bool, float]:
 
 
 def https(port: int, body: bytes, ca: bytes) -> int:
-    ctx = ssl.create_default_context(cadata=ca.decode())
-    ctx.check_hostname = False
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
-        tls.sendall(
-            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
-        data = b""
-        while chunk := tls.recv(65536):
-            data += chunk
-    return int(data.split(b" ", 2)[1])
+    return post_review(port, body, ca)[0]
 
 
 def test_idle_and_slow_clients_do_not_delay_admissions_and_bad_bodies_get_400(
@@ -434,20 +424,8 @@ def _review(uid: str, namespace: str, obj: dict) -> bytes:
 
 def _answer(port: int, body: bytes, ca: bytes) -> tuple[dict, float]:
     """(the AdmissionReview answer, seconds from the first byte sent to the last read)."""
-    ctx = ssl.create_default_context(cadata=ca.decode())
-    ctx.check_hostname = False
-    started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, ctx.wrap_socket(raw) as tls:
-        tls.sendall(
-            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
-        data = b""
-        while chunk := tls.recv(65536):
-            data += chunk
-    seconds = time.monotonic() - started
-    return json.loads(data.split(b"\r\n\r\n", 1)[1]), seconds
+    _, answer, seconds = post_review(port, body, ca)
+    return json.loads(answer), seconds
 
 
 def _costly_pod(name: str, terms: int) -> dict:

@@ -220,6 +220,18 @@ def delete_netns(names: list[str]) -> None:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
+def remove_empty_tree(root: Path) -> None:
+    """`root` and the directories under it, deepest first, as far as they are empty (a
+    cgroup is empty once its processes are gone)."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    for sub in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
 def _cgroup_dirs(root: str) -> Iterator[Path]:
     for h in [*CGROUP_V1.iterdir(), CGROUP_V1 / "unified"] if CGROUP_V1.is_dir() else []:
         d = h / root.lstrip("/")
@@ -276,11 +288,7 @@ def undo(state: dict[str, Any]) -> None:
         subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
     for root in state["cgroups"]:
         for d in _cgroup_dirs(root):
-            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            remove_empty_tree(d)
     log_dir = Path("/var/log/containers")
     if log_dir.is_dir():
         for link in log_dir.iterdir():
@@ -290,15 +298,7 @@ def undo(state: dict[str, Any]) -> None:
         if Path(f).is_symlink():
             Path(f).unlink()
     for d in sorted(state["dirs"], key=len, reverse=True):
-        root = Path(d)
-        if root.is_dir():
-            for sub in sorted(
-                (p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)
-            ):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-            with contextlib.suppress(OSError):
-                root.rmdir()
+        remove_empty_tree(Path(d))
     for w in state["workdirs"]:
         shutil.rmtree(w, ignore_errors=True)
 

@@ -257,14 +257,7 @@ class RealNode:
 
     def _restore_host(self) -> None:
         for h in [*_hierarchies(), CGROUP_V1 / "unified"]:  # the kubelet mirrors its tree in cgroup2 too
-            root = h / self.cgroup_root.lstrip("/")
-            if root.exists():
-                # deepest first; a cgroup is removed with rmdir once its processes are gone
-                for d in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
-                with contextlib.suppress(OSError):
-                    root.rmdir()
+            host.remove_empty_tree(h / self.cgroup_root.lstrip("/"))
         # The pods' network namespaces (the runtime's part of a sandbox's CNI DEL), then the bridge.
         host.delete_netns(host.netns_on_bridge(self.bridge))
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
@@ -444,13 +437,7 @@ state = "{w / "state"}"
                 # Made by this node: containerd's shims left their (now empty) socket and runc
                 # state directories in it; empty directories only are removed, deepest first.
                 run = CADVISOR_CONTAINERD.parent
-                for d in sorted(
-                    (p for p in run.rglob("*") if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)
-                ):
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
-                with contextlib.suppress(OSError):
-                    run.rmdir()
+                host.remove_empty_tree(run)
                 host.done("dirs", str(run))
                 self._cadvisor_dir = False
 

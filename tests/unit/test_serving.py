@@ -23,6 +23,7 @@ import pytest
 from headroom.serving import Limits
 from headroom.webhook.server import LIMITS, MAX_BODY
 from testbed.pki import CA
+from webhook_client import post_review
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -118,19 +119,14 @@ def _review(name: str) -> bytes:
 
 def _honest(stub: Stub, source: str) -> tuple[bool, float]:
     """(given a limit, seconds) for one review sent from `source`."""
-    body = _review("honest")
-    started = time.monotonic()
-    with _tls(stub, source) as tls:
-        tls.sendall(
-            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
-        data = b""
-        while chunk := tls.recv(65536):
-            data += chunk
-    answer = json.loads(data.split(b"\r\n\r\n", 1)[1])
-    return "patch" in answer["response"], time.monotonic() - started
+    _, answer, seconds = post_review(stub.webhook, _review("honest"), stub.ca, source)
+    return "patch" in json.loads(answer)["response"], seconds
+
+
+def _all_closed(socks: list[socket.socket]) -> list[socket.socket]:
+    """The connections the server has not closed by the header deadline (and some slack)."""
+    deadline = time.monotonic() + LIMITS.header_timeout + 5
+    return [s for s in socks if not _closed_by_server(s, max(0.0, deadline - time.monotonic()))]
 
 
 def test_idle_connections_hold_no_thread_and_the_probes_answer_beside_them(stub: Stub):
@@ -154,8 +150,7 @@ def test_idle_connections_hold_no_thread_and_the_probes_answer_beside_them(stub:
         assert (health, ready) == (200, 200)
         assert health_s < 1.0 and ready_s < 1.0, (health_s, ready_s)
         assert during <= threads + 1, (threads, during)  # the scrape's worker thread, at most
-        deadline = time.monotonic() + LIMITS.header_timeout + 5
-        left = [s for s in idle if not _closed_by_server(s, max(0.0, deadline - time.monotonic()))]
+        left = _all_closed(idle)
         assert not left, f"{len(left)} idle connections still open past the header deadline"
     finally:
         for s in idle:
@@ -179,8 +174,7 @@ def test_a_flood_of_unfinished_headers_from_one_address_does_not_shut_it_out(stu
         given, seconds = _honest(stub, source)
         print(f"\nhonest review beside 200 unfinished headers from its address: {seconds * 1000:.0f} ms")
         assert given
-        deadline = time.monotonic() + LIMITS.header_timeout + 5
-        left = [s for s in stalled if not _closed_by_server(s, max(0.0, deadline - time.monotonic()))]
+        left = _all_closed(stalled)
         assert not left, f"{len(left)} connections with unfinished headers still open"
     finally:
         for s in stalled:
