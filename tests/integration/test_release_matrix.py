@@ -187,3 +187,46 @@ def headroom(*args: str) -> str:
     r = subprocess.run([sys.executable, "-m", "headroom", *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     return r.stdout
+
+
+def test_the_webhook_gives_a_pod_level_limit_only_where_the_controller_could_resize_it(
+    api, namespace, headroom_config, webhook_controller, make_node
+):
+    """The webhook asks the controller's own capability fact: on a 1.35 server (whose API
+    server refuses every pod-level resize) and on a node that does not declare the feature,
+    a pod with pod-level resources gets no pod-level limit at admission — one it could
+    never shed (PodLevelResourcesUnsupported). Before, it got one on every release."""
+    from factories import pod
+
+    declaring, plain = make_node(features=POD_LEVEL), make_node()
+    headroom_config()
+    c, _ = webhook_controller("headroom-podlevel")
+    c.wait_for_log("webhook serving")
+
+    def created(node: str, pod_level: bool) -> dict[str, Any]:
+        name = f"p-{uuid.uuid4().hex[:6]}"
+        if pod_level:
+            containers = [container(cpu=None, mem=None, mem_limit=None)]
+            body = pod(name, namespace=namespace, node=node, containers=containers, pod_resources=POD_RESOURCES)
+        else:
+            body = pod(name, namespace=namespace, node=node, containers=[container(cpu="500m", mem_limit=None)])
+        body.pop("status")
+        return api.post(f"/api/v1/namespaces/{namespace}/pods", body)["spec"]
+
+    deadline = time.monotonic() + 20
+    while "limits" not in created(declaring, pod_level=False)["containers"][0]["resources"]:
+        assert time.monotonic() < deadline, "the webhook never mutated an ordinary pod"
+        time.sleep(0.3)
+    # An ordinary pod mutated: the node cache is synced, and the capability fact was decided at
+    # that sync, with both nodes (made before the controller started) in it.
+    on_declaring = created(declaring, pod_level=True)
+    on_plain = created(plain, pod_level=True)
+    print(f"\n{K8S_VERSION}: pod-level limit on the declaring node {on_declaring['resources'].get('limits')}")
+    assert "limits" not in on_plain["resources"], on_plain["resources"]
+    if K8S_MINOR >= 36:
+        assert "cpu" in on_declaring["resources"].get("limits", {}), on_declaring["resources"]
+    else:
+        assert "limits" not in on_declaring["resources"], on_declaring["resources"]
+
+
+POD_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}}
