@@ -471,3 +471,30 @@ def test_while_resizes_wait_annotations_get_at_most_their_share_of_the_budget():
         lim.acquire(priority=LOW)
         low += 1
     assert low >= 0.9 * 50 * 10  # the full rate (less the pollers' 1-ms naps)
+
+
+def test_a_new_term_starts_before_any_write_can_pass_the_leadership_fence():
+    """on_started (the controller drops what it queued as a standby and queues every node)
+    runs while is_leader() is still False: a worker's write in between cannot pass the
+    fence and then be dropped with the standby's queue. Before, leadership showed first,
+    and a takeover's first wave event could be lost (a fresh-clone CI failure)."""
+    from headroom.cluster.api import ApiError
+    from headroom.cluster.lease import LeaderElector
+
+    class NoLease:
+        def get(self, path: str) -> dict:
+            raise ApiError(404, "NotFound", "no lease yet")
+
+        def post(self, path: str, body: dict) -> dict:
+            return body
+
+    seen: list[bool] = []
+    elector = LeaderElector(NoLease(), "ns", "lease", "me", retry_period=0.05)  # type: ignore[arg-type]
+
+    def started() -> None:
+        seen.append(elector.is_leader())
+        elector._stop.set()
+
+    elector.on_started = started
+    elector.run()
+    assert seen == [False] and elector.is_leader()

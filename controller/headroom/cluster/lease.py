@@ -133,9 +133,12 @@ class LeaderElector:
                 log.exception("leader election round crashed", extra={"lease": f"{self.namespace}/{self.name}"})
                 ok = False
             if ok and not self._leading:
+                # The term's start (dropping what a standby queued, queuing every node) comes
+                # before leadership shows: a write made in between was dropped with the rest
+                # (a wave's event lost in a fresh-clone CI run, test_realnode's takeover).
+                self.on_started()
                 self._leading = True
                 log.info("became leader", extra={"lease": f"{self.namespace}/{self.name}", "identity": self.identity})
-                self.on_started()
             elif not ok and self._leading and not self.is_leader():
                 self._leading = False
                 log.warning("lost leadership; writes stopped", extra={"lease": self.name, "identity": self.identity})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
+from typing import Any
 
 from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
 from headroom.cluster.api import ApiError, pod_path
@@ -99,9 +100,26 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
             f"so, every CFS quota {quotas_at:.1f}s after; resizes the kubelet lost and Headroom sent again: {resent}"
         )
         assert cut < 2.0, f"an allocatable drop took {cut:.1f}s to cut (debounce is 6s)"
+        # The raise waits for the debounce, which runs from the first event of a burst: the
+        # kubelet's restart reports the pods' statuses before the node's new allocatable, and
+        # those start it (a fresh-clone CI run saw `c` rise 3 s after the allocatable, 6 s after
+        # the restart began). So: once the controller has nothing queued, no recompute (and so
+        # no raise) can come sooner than the debounce after the restart begins.
+        deadline = time.monotonic() + 30
+        while _queued(c) != 0:
+            assert time.monotonic() < deadline, "the controller never went idle after the cut"
+            time.sleep(0.2)
+        began = time.monotonic()
         second_node.restart_kubelet("1")
-        time.sleep(3)
-        assert cpu_limits(api, namespace, "c") == ["300m"], "a rise must wait for the debounce"
+        allocatable = time.monotonic() - began
+        while cpu_limits(api, namespace, "c") == ["300m"]:
+            assert time.monotonic() - began < 30, "c never rose after the node grew back"
+            time.sleep(0.05)
+        rose = time.monotonic() - began
+        print(
+            f"restart began: the node reported 1 CPU after {allocatable:.1f}s, c rose after {rose:.1f}s (debounce 6s)"
+        )
+        assert rose >= 6.0, f"a rise came {rose:.1f}s after the restart began: before the 6s debounce"
         for name, limit in wide.items():
             wait_limits(api, namespace, name, [limit], timeout=10)
             wait_quota(second_node, api, namespace, name, cpu_milli(limit) * PERIOD_US // 1000)
@@ -111,6 +129,12 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
     finally:
         if second_node.cpu_reserved != "1":
             second_node.restart_kubelet("1")
+
+
+def _queued(c: Any) -> float:
+    """The controller's headroom_workqueue_depth: nodes waiting to be reconciled."""
+    text = c.http("/metrics", c.metrics_port)[1]
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("headroom_workqueue_depth ")))
 
 
 def test_the_kubelets_iptables_chains_go_when_the_last_node_stops(monkeypatch, real_node):
