@@ -1,7 +1,9 @@
-"""Every write the controller makes to a pod: the resize, the status annotation, events.
+"""Every write the controller makes: the resize and the status annotation of a pod, and
+events; the low-priority lane (`Lane`) that sends annotations and events with the write
+budget resizes leave; and the leadership fence and view gate every write passes.
 
-Each call returns an Outcome instead of raising, so one bad pod never stops the node's
-other pods; the reconciler decides what an outcome means (backoff, requeue, retry).
+Each pod write returns an Outcome instead of raising, so one bad pod never stops the
+node's other pods; the reconciler decides what an outcome means (backoff, requeue, retry).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Slim, immutable records built straight from parsed API JSON.
+"""Slim records built straight from parsed API JSON, never changed once built (not frozen
+dataclasses, for speed: see the note above `Pod`).
 
 The watch cache holds these instead of the client's model objects (about 66 KB per pod);
 only what eligibility and policy read is kept. Builders take the dict `json.loads` or
