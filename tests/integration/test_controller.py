@@ -56,8 +56,8 @@ def test_lone_pod_gets_request_times_max_multiplier_and_neighbours_shrink_it(clu
         create_pod(
             api, ns, node, "system", containers=[container(cpu="4")], labels={"kube-headroom.dev/mode": "unmanaged"}
         )
-        took = wait_limits(api, ns, "solo", ["1"], timeout=DEBOUNCE * 1.2 + 2)
-        assert took <= DEBOUNCE * 1.2 + 2
+        took = wait_limits(api, ns, "solo", ["1"], timeout=DEBOUNCE * 1.2 + 2)  # the bound is the wait's own
+        print(f"\nneighbours arrived: solo cut to 1 in {took:.1f}s (debounce {DEBOUNCE}s)")
 
         for name in ("big-1", "big-2", "system"):
             api.delete(pod_path(ns, name))
