@@ -222,14 +222,13 @@ def delete_netns(names: list[str]) -> None:
 
 def remove_empty_tree(root: Path) -> None:
     """`root` and the directories under it, deepest first, as far as they are empty (a
-    cgroup is empty once its processes are gone)."""
+    cgroup is empty once its processes are gone). Directories that vanish meanwhile (the
+    runtime removing its own cgroups) are no error."""
     if not root.is_dir() or root.is_symlink():
         return
-    for sub in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()), key=lambda p: -len(p.parts)):
+    for dirpath, _, _ in os.walk(root, topdown=False):  # errors while walking are ignored
         with contextlib.suppress(OSError):
-            sub.rmdir()
-    with contextlib.suppress(OSError):
-        root.rmdir()
+            os.rmdir(dirpath)
 
 
 def _cgroup_dirs(root: str) -> Iterator[Path]:
@@ -256,9 +255,10 @@ def _kill_everything(state: dict[str, Any]) -> None:
                 victims.add(int(proc.name))
     for root in state["cgroups"]:
         for d in _cgroup_dirs(root):
-            for procs in d.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError, ValueError):
-                    victims |= {int(p) for p in procs.read_text().split()}
+            for dirpath, _, files in os.walk(d):
+                if "cgroup.procs" in files:
+                    with contextlib.suppress(OSError, ValueError):
+                        victims |= {int(p) for p in Path(dirpath, "cgroup.procs").read_text().split()}
     for pid in victims:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
