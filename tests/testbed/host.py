@@ -231,6 +231,28 @@ def remove_empty_tree(root: Path) -> None:
             os.rmdir(dirpath)
 
 
+RUNTIME = Path("/run/containerd")  # where containerd's shims and runc keep state, whatever its root
+
+
+def sweep_runtime(workdirs: list[str]) -> None:
+    """What containerd's shims and runc leave in /run/containerd once they are gone: runc's
+    state of the containers of these work directories' nodes, and any shim socket nothing
+    listens on any more (a dead socket is no one's)."""
+    runc = RUNTIME / "runc" / "k8s.io"
+    with contextlib.suppress(OSError):
+        for d in list(runc.iterdir()) if runc.is_dir() else []:
+            with contextlib.suppress(OSError):
+                if any(w in (d / "state.json").read_text() for w in workdirs):
+                    shutil.rmtree(d, ignore_errors=True)
+    sockets = RUNTIME / "s"
+    with contextlib.suppress(OSError):
+        listening = {line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if line.split()}
+        for sock in list(sockets.iterdir()) if sockets.is_dir() else []:
+            if sock.is_socket() and str(sock) not in listening:
+                with contextlib.suppress(OSError):
+                    sock.unlink()
+
+
 def _cgroup_dirs(root: str) -> Iterator[Path]:
     for h in [*CGROUP_V1.iterdir(), CGROUP_V1 / "unified"] if CGROUP_V1.is_dir() else []:
         d = h / root.lstrip("/")
@@ -270,6 +292,7 @@ def _kill_everything(state: dict[str, Any]) -> None:
 def undo(state: dict[str, Any]) -> None:
     """Put back what the notes list (see the module's docstring for the order)."""
     _kill_everything(state)
+    sweep_runtime(state["workdirs"])
     with open("/proc/self/mounts") as f:
         points = [line.split()[1] for line in f]
     for w in state["workdirs"]:

@@ -607,6 +607,7 @@ state = "{w / "state"}"
         for p in reversed(list(self.procs.values())):
             host.stop_process(p)
         self.procs.clear()
+        host.sweep_runtime([str(self.workdir)])
         self._unmount()
         if self.service_network:
             for family in ("ip", "ip6"):

@@ -81,7 +81,16 @@ def _left(mine: dict[str, object]) -> dict[str, object]:
         mounts = [line.split()[1] for line in f if any(w in line for w in workdirs)]
     links = subprocess.run(["ip", "-o", "link", "show", str(mine["bridge"])], capture_output=True, text=True).stdout
     netns = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    runc = Path("/run/containerd/runc/k8s.io")
+    states = []
+    for d in runc.iterdir() if runc.is_dir() else []:
+        try:
+            if any(w in (d / "state.json").read_text() for w in workdirs):
+                states.append(d.name)
+        except OSError:
+            continue
     left = {
+        "runc state": states,  # the shims' and runc's own, which a killed run never deletes
         "processes": procs,
         "mounts": mounts,
         "workdirs": [w for w in workdirs if Path(w).exists()],
@@ -149,7 +158,7 @@ def test_a_killed_run_is_undone_by_its_watchdog_or_else_by_the_next_run(real_nod
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     left = _left(mine)
-    assert {"processes", "workdirs", "bridge", "netns", "notes"} <= set(left), left
+    assert {"processes", "workdirs", "bridge", "netns", "notes", "runc state"} <= set(left), left
     print(f"killed with its watchdog: {sorted(left)} left until cleaned")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
     out = subprocess.run([sys.executable, "-m", "testbed.host"], capture_output=True, text=True, env=env, timeout=120)
