@@ -252,9 +252,6 @@ class LoopServer:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def open_connections(self) -> int:
-        return len(self.guard.by_transport)
-
     def shutdown(self) -> None:
         async def stop() -> None:
             for task in self._tasks:

@@ -134,6 +134,7 @@ class Controller:
         self.retry = RetryDelay()
         self.facts = ServerFacts(None, False)
         self._pod_level_cluster = False
+        self._cert_files: Path | None = None  # the certificate directory the controller keeps itself
         self.metrics = Metrics(pod_series=self.options.pod_metrics, lag_seconds=self.options.resize_lag_seconds)
         self.metrics.queue_depth.set_function(self.queue.depth)
         self.elector: LeaderElector | None = None
@@ -463,7 +464,8 @@ class Controller:
         for port in sorted(ports):
             self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
         if self.options.webhook_cert_dir:  # every replica serves it, leader or not
-            own_cert_dir(Path(self.options.webhook_cert_dir))  # an unsafe directory stops here, said once
+            # An unsafe directory stops here, said once; the certificate loop writes into this one.
+            self._cert_files = own_cert_dir(Path(self.options.webhook_cert_dir))
             # Not a watched thread: it ends once the server runs (which /healthz then watches).
             threading.Thread(target=self._start_webhook, name="webhook-start", daemon=True).start()
         self.facts = discover(self.api)
@@ -582,7 +584,7 @@ class Controller:
             list(o.webhook_names),
             str(o.webhook_configuration),
         )
-        files = own_cert_dir(Path(o.webhook_cert_dir)) if o.webhook_cert_dir else None
+        files = self._cert_files
         # A check reads the Secret and the webhook configuration (two GETs) and fixes what
         # differs, whatever the order the user made them in: every `webhook_cert_check`
         # seconds, at once when this replica starts or stops leading, and every second while

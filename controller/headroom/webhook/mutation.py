@@ -25,7 +25,15 @@ from fractions import Fraction
 from typing import Any
 
 from ..core import keys, release
-from ..core.eligibility import MANAGED, computed_containers, eligibility, node_excluded
+from ..core.eligibility import (
+    MANAGED,
+    NODE_EXCLUDED,
+    STATIC_CPU_MANAGER,
+    WINDOWS_NODE,
+    computed_containers,
+    eligibility,
+    node_excluded,
+)
 from ..core.neighbours import EMPTY, Neighbours, limit_range_refusal
 from ..core.params import Resolver, Settings
 from ..core.planner import user_cap
@@ -38,8 +46,9 @@ UNSCHEDULED = "(not yet scheduled)"
 
 # Requirement-value checks one decision may make while matching the pod's required node
 # affinity against the cached nodes: about 0.1 s of CPU on this project's 2-core test machine
-# (tests/bench/bench_webhook.py). An ordinary pod (a few terms of a few values) on 5,000
-# nodes costs well under a tenth of it.
+# (tests/integration/test_webhook_live.py::test_one_costly_review_holds_no_other holds the
+# costly case). An ordinary pod (a few terms of a few values) on 5,000 nodes costs well
+# under a tenth of it.
 PLACEMENT_BUDGET = 150_000
 
 
@@ -186,18 +195,23 @@ def candidate_nodes(spec: Mapping[str, Any], nodes: Mapping[str, Node], budget: 
 
 
 # What the cheap checks decide with, before any node is looked at: a node with no labels
-# (no pool's exclusion or static-CPU selector can match it) that is not Windows.
+# that is not Windows (what a selector says of it is left to placement, `_NODE_REASONS`).
 _ANY_NODE = Node(name=UNSCHEDULED, labels={}, allocatable_cpu=0, windows=False, ready=True)
 
 
+# What a real node decides, not the pod: left to placement, with each candidate's labels.
+_NODE_REASONS = frozenset({STATIC_CPU_MANAGER, NODE_EXCLUDED, WINDOWS_NODE})
+
+
 def _could_manage(record: Pod, namespace: Namespace | None, resolver: Resolver, vpa: bool) -> bool:
-    """Whether any of the configuration's settings (the global ones, each pool's) would
+    """Whether any of the configuration's settings (the global ones, each pool's) could
     manage this pod on some node: the checks that read only the pod, its namespace and the
     settings. False means no candidate node can change the answer."""
     for settings in resolver.every():
         if settings.dry_run or settings.blocked is not None:
             continue
-        if eligibility(record, namespace, _ANY_NODE, settings, pod_level_resize=True, vpa=vpa) == MANAGED:
+        reason = eligibility(record, namespace, _ANY_NODE, settings, pod_level_resize=True, vpa=vpa)
+        if reason == MANAGED or reason in _NODE_REASONS:
             return True
     return False
 
@@ -224,7 +238,7 @@ def _multiplier(settings: Sequence[Settings]) -> Fraction:
     return min([mult, *caps])
 
 
-def _no_pod_level(node: Node) -> bool:
+def no_pod_level(node: Node) -> bool:
     return False
 
 
@@ -234,7 +248,7 @@ def patch_for(
     resolver: Resolver,
     neighbours: Neighbours = EMPTY,
     nodes: Mapping[str, Node] | None = None,
-    pod_level_resize: Callable[[Node], bool] = _no_pod_level,
+    pod_level_resize: Callable[[Node], bool] = no_pod_level,
 ) -> list[dict[str, Any]]:
     """JSONPatch operations for a pod being created; [] when nothing applies.
 

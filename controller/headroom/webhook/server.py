@@ -32,7 +32,7 @@ from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
 from ..core.records import Namespace, Node
 from ..serving import Limits, LoopServer
-from .mutation import PlacementTooCostly, patch_for
+from .mutation import PlacementTooCostly, no_pod_level, patch_for
 
 log = logging.getLogger("headroom.webhook")
 
@@ -47,7 +47,7 @@ class Sources:
     blocked: Callable[[], str | None] = lambda: None  # why the controller's view is incomplete
     neighbours: Callable[[], Neighbours] = lambda: EMPTY
     nodes: Callable[[], Mapping[str, Node] | None] = lambda: None  # None: not synced
-    pod_level_resize: Callable[[Node], bool] = lambda node: False  # the controller's capability fact
+    pod_level_resize: Callable[[Node], bool] = no_pod_level  # the controller's capability fact
 
 
 def whose(meta: Mapping[str, Any]) -> tuple[str, str | None]:
