@@ -313,7 +313,7 @@ def test_the_limit_range_rule_answers_what_the_servers_limitranger_answers(api, 
     """One rule, checked against the server's own LimitRanger: every verdict (and its
     message) for each pod and candidate limits, through a dry-run resize."""
     from headroom.cluster.api import ApiError
-    from headroom.core.neighbours import limit_range_from_dict, limit_range_refusal
+    from headroom.core.limitrange import limit_range_from_dict, limit_range_refusal
     from headroom.core.quantity import cpu_milli
     from headroom.core.records import pod_from_dict
 

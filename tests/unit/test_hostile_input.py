@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from factories import container, node, pod
 from headroom.api.resolve import resolve
 from headroom.cluster import decode
+from headroom.core import limitrange, quota
 from headroom.core import neighbours as nb
 from headroom.core.planner import plan_cluster, plan_node
 from headroom.core.quantity import QuantityError, cpu_milli, whole_units
@@ -126,8 +127,8 @@ def test_garbage_in_a_vpa_limit_range_or_quota_is_refused_or_planned_never_raise
     }[kind]
     raw = {"kind": kind, "metadata": {"name": "x", "namespace": "ns"}, **base}
     _put(raw, edit[0], edit[1])
-    build = {"VerticalPodAutoscaler": nb.vpa_from_dict, "LimitRange": nb.limit_range_from_dict}.get(
-        kind, nb.quota_from_dict
+    build = {"VerticalPodAutoscaler": nb.vpa_from_dict, "LimitRange": limitrange.limit_range_from_dict}.get(
+        kind, quota.quota_from_dict
     )
     try:
         record = build(raw)
@@ -163,8 +164,8 @@ def test_garbage_objects_are_refused_with_record_error(value):
         node_from_dict,
         namespace_from_dict,
         nb.vpa_from_dict,
-        nb.limit_range_from_dict,
-        nb.quota_from_dict,
+        limitrange.limit_range_from_dict,
+        quota.quota_from_dict,
     ):
         with contextlib.suppress(RecordError):  # refused with a message, or read: never anything else
             build(value if isinstance(value, dict) else {"metadata": value, "spec": value, "status": value})

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factories import container, pod
+from headroom.core import limitrange, quota, release
 from headroom.core import neighbours as nb
-from headroom.core import release
 from headroom.core.params import Settings
 from headroom.core.policy import Managed, fit_room, limit_delta, split
 from headroom.core.records import pod_from_dict
@@ -71,7 +71,9 @@ def test_which_vpas_own_the_cpu_limits():
 
 
 def _lr(*items):
-    return nb.limit_range_from_dict({"metadata": {"name": "lr", "namespace": "team"}, "spec": {"limits": list(items)}})
+    return limitrange.limit_range_from_dict(
+        {"metadata": {"name": "lr", "namespace": "team"}, "spec": {"limits": list(items)}}
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,19 +101,19 @@ def test_the_cap_keeps_every_split_inside_the_limit_range(requests, cmax, ratio,
         ),
     )
     m = Managed(p, p.containers)
-    cap = nb.limit_range_cap(p, p.containers, m.request, ranges, p.memory_pinned)
+    cap = limitrange.limit_range_cap(p, p.containers, m.request, ranges, p.memory_pinned)
     assert cap is not None
     limit = max(cap.value, m.request)
     t = split(m, limit // 10 * 10, cap.source, Settings())
     new = {c.name: c.target for c in t.containers}
-    why = nb.limit_range_refusal(p, ranges, new)
+    why = limitrange.limit_range_refusal(p, ranges, new)
     # Only the QoS guard's extra quantum (a pod whose memory is pinned) may step over a
     # ratio of exactly the request; the planner then says LimitRangeConflict, and writes nothing.
     assert why is None or (pinned and "ratio" in why), why
 
 
 def test_a_quota_budget_reserves_raises_until_the_watch_shows_them():
-    q = nb.quota_from_dict(
+    q = quota.quota_from_dict(
         {
             "metadata": {"name": "q", "namespace": "team", "resourceVersion": "1"},
             "spec": {"hard": {"limits.cpu": "3"}},
@@ -119,7 +121,7 @@ def test_a_quota_budget_reserves_raises_until_the_watch_shows_them():
         }
     )
     pods = {f"team/{n}": pod_from_dict(pod(n, containers=[container(cpu="200m", limit="400m")])) for n in "abc"}
-    budget = nb.QuotaBudget(lambda ns: sum(nb.pod_limits_cpu(p) for p in pods.values()), pods.get)
+    budget = quota.QuotaBudget(lambda ns: sum(quota.pod_limits_cpu(p) for p in pods.values()), pods.get)
     assert budget.room("team", (q,)).value == 1800
     a = pods["team/a"]
     assert budget.take(a, (q,), 1600) is None
@@ -135,7 +137,7 @@ def test_a_quota_budget_reserves_raises_until_the_watch_shows_them():
     )
     assert budget.room("team", (q,)).value == 200
     budget.give_back(pods["team/b"])  # nothing reserved: harmless
-    not_counted = nb.quota_from_dict(
+    not_counted = quota.quota_from_dict(
         {"metadata": {"name": "q", "namespace": "team"}, "spec": {"hard": {"limits.cpu": "3"}}}
     )
     assert budget.room("team", (not_counted,)).value == 0  # the quota controller has not counted: no raise
@@ -223,12 +225,14 @@ def test_the_cache_keeps_namespace_limit_sums_equal_to_a_scan(events):
         elif op == "drop":
             cache.delete_pod(f"{ns}/{name}")
         elif op == "quota":
-            q = nb.quota_from_dict({"metadata": {"name": "q", "namespace": ns}, "spec": {"hard": {"limits.cpu": "10"}}})
-            cache.put_neighbour(nb.QUOTA_KIND, q)
+            q = quota.quota_from_dict(
+                {"metadata": {"name": "q", "namespace": ns}, "spec": {"hard": {"limits.cpu": "10"}}}
+            )
+            cache.put_neighbour(quota.QUOTA_KIND, q)
         else:
-            cache.delete_neighbour(nb.QUOTA_KIND, ns, "q")
+            cache.delete_neighbour(quota.QUOTA_KIND, ns, "q")
         for n in ("a", "b"):
-            scan = sum(nb.pod_limits_cpu(p) for p in cache.pods.values() if p.namespace == n)
+            scan = sum(quota.pod_limits_cpu(p) for p in cache.pods.values() if p.namespace == n)
             assert cache.namespace_limits(n) == scan
 
 

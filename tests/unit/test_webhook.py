@@ -219,6 +219,7 @@ def test_namespaces_managed_through_the_config_selector_are_mutated_too():
 
 
 def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses():
+    from headroom.core import limitrange
     from headroom.core import neighbours as nb
 
     web = new_pod(owner_kind="ReplicaSet", owner_name="web-5d8f", labels={"pod-template-hash": "5d8f"})
@@ -230,22 +231,22 @@ def test_no_limit_for_a_pod_whose_vpa_sets_limits_nor_one_a_limit_range_refuses(
     assert patch_for(web, MANAGED, resolver())  # without the VPA it is given a limit
 
     # 500m x initialMultiplier 2 = 1 CPU; a LimitRange with max 800m would refuse the pod
-    lr = nb.limit_range_from_dict(
+    lr = limitrange.limit_range_from_dict(
         {
             "metadata": {"name": "lr", "namespace": "team"},
             "spec": {"limits": [{"type": "Container", "max": {"cpu": "800m"}}]},
         }
     )
-    capped = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, lr, "team", "lr")
+    capped = nb.with_object(nb.EMPTY, limitrange.LIMIT_RANGE_KIND, lr, "team", "lr")
     ops = full_patch(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), capped)
     assert [o["path"] for o in ops] == ["/metadata/annotations"]  # admitted as written, with its record
-    roomy = nb.limit_range_from_dict(
+    roomy = limitrange.limit_range_from_dict(
         {
             "metadata": {"name": "lr", "namespace": "team"},
             "spec": {"limits": [{"type": "Container", "max": {"cpu": "2"}}]},
         }
     )
-    ok = nb.with_object(nb.EMPTY, nb.LIMIT_RANGE_KIND, roomy, "team", "lr")
+    ok = nb.with_object(nb.EMPTY, limitrange.LIMIT_RANGE_KIND, roomy, "team", "lr")
     assert patch_for(new_pod(containers=[container(cpu="500m")]), MANAGED, resolver(), ok)[0]["value"] == "1"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import limitrange, quota
 from ..core import neighbours as nb
 from ..core.records import Namespace, Node, Pod
 
@@ -60,7 +61,7 @@ class ClusterCache:
         old = self.pods.get(new.key)
         self.pods[new.key] = new
         if self._ns_limits and new.namespace in self._ns_limits:
-            self._ns_limits[new.namespace] += nb.pod_limits_cpu(new) - (nb.pod_limits_cpu(old) if old else 0)
+            self._ns_limits[new.namespace] += quota.pod_limits_cpu(new) - (quota.pod_limits_cpu(old) if old else 0)
         if old is not None and old.node_name and old.node_name != new.node_name:
             self.by_node.get(old.node_name, {}).pop(new.key, None)
         if new.node_name:
@@ -72,7 +73,7 @@ class ClusterCache:
     def _drop_pod(self, key: str) -> set[str]:
         old = self.pods.pop(key, None)
         if old is not None and old.namespace in self._ns_limits:
-            self._ns_limits[old.namespace] -= nb.pod_limits_cpu(old)
+            self._ns_limits[old.namespace] -= quota.pod_limits_cpu(old)
         if old is None or not old.node_name:
             return set()
         self.by_node.get(old.node_name, {}).pop(key, None)
@@ -169,7 +170,7 @@ class ClusterCache:
         for ns in [n for n in self._ns_limits if n not in wanted]:
             del self._ns_limits[ns]
         for ns in wanted - self._ns_limits.keys():
-            self._ns_limits[ns] = sum(nb.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == ns)
+            self._ns_limits[ns] = sum(quota.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == ns)
 
     def namespace_limits(self, namespace: str) -> int:
         """The namespace's pods' limits.cpu, as a ResourceQuota counts it."""
@@ -177,22 +178,22 @@ class ClusterCache:
             known = self._ns_limits.get(namespace)
             if known is not None:
                 return known
-            return sum(nb.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == namespace)
+            return sum(quota.pod_limits_cpu(p) for p in self.pods.values() if p.namespace == namespace)
 
     def _neighbour_stale(self, kind: str, old: nb.Neighbours, namespaces: Iterable[str]) -> Stale:
         """Nodes of the pods in the namespaces whose objects of `kind` changed. A quota
         counts only when it leaves more room (raises that waited for it can go now): every
         admitted write changes its `used`, and that alone must not recompute nodes."""
-        if kind == nb.QUOTA_KIND:
+        if kind == quota.QUOTA_KIND:
             self._track_quotas()
         stale: set[str] = set()
         for ns in namespaces:
-            if kind == nb.QUOTA_KIND and not _more_room(old, self.neighbours, ns):
+            if kind == quota.QUOTA_KIND and not _more_room(old, self.neighbours, ns):
                 continue
             stale |= self._nodes_of_namespace(ns)
         return Stale(nodes=stale)
 
-    def put_neighbour(self, kind: str, obj: nb.Vpa | nb.LimitRange | nb.Quota) -> Stale:
+    def put_neighbour(self, kind: str, obj: nb.Vpa | limitrange.LimitRange | quota.Quota) -> Stale:
         with self._lock:
             old = self.neighbours
             self.neighbours = nb.with_object(old, kind, obj, obj.namespace, obj.name)
@@ -204,7 +205,7 @@ class ClusterCache:
             self.neighbours = nb.with_object(old, kind, None, namespace, name)
             return self._neighbour_stale(kind, old, (namespace,))
 
-    def replace_neighbours(self, kind: str, objs: Iterable[nb.Vpa | nb.LimitRange | nb.Quota]) -> Stale:
+    def replace_neighbours(self, kind: str, objs: Iterable[nb.Vpa | limitrange.LimitRange | quota.Quota]) -> Stale:
         with self._lock:
             old = self.neighbours
             self.neighbours = nb.with_all(old, kind, objs)

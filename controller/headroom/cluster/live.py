@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import keys
+from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from .api import Api, ApiError
 from .snapshot import Snapshot, snapshot_from_objects
@@ -15,8 +15,8 @@ _KINDS = (
     ("/api/v1/pods", "v1", "Pod"),
     (f"/apis/{keys.API_VERSION}/headroomconfigs", keys.API_VERSION, keys.CONFIG_KIND),
     (f"/apis/{keys.API_VERSION}/nodepoolprofiles", keys.API_VERSION, keys.PROFILE_KIND),
-    (nb.LIMIT_RANGE_PATH, "v1", nb.LIMIT_RANGE_KIND),
-    (nb.QUOTA_PATH, "v1", nb.QUOTA_KIND),
+    (limitrange.LIMIT_RANGE_PATH, "v1", limitrange.LIMIT_RANGE_KIND),
+    (quota.QUOTA_PATH, "v1", quota.QUOTA_KIND),
     (nb.VPA_PATH, "autoscaling.k8s.io/v1", nb.VPA_KIND),
 )
 _OPTIONAL = (keys.API_VERSION, "autoscaling.k8s.io/v1")  # CRDs a cluster may not have

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from ..api.models import HeadroomConfig, NodePoolProfile
 from ..api.resolve import Resolution, resolve
 from ..api.validate import load_documents, objects, read_text
-from ..core import keys
+from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from ..core.params import Resolver
 from ..core.records import Namespace, Node, Pod, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
@@ -116,11 +116,11 @@ def snapshot_from_objects(objs: Iterable[Any], path: Path | str) -> Snapshot:
     """Records and validated Headroom objects from raw Kubernetes objects; `path` names
     the source in error messages."""
     snap = Snapshot()
-    found: dict[str, list[Any]] = {nb.VPA_KIND: [], nb.LIMIT_RANGE_KIND: [], nb.QUOTA_KIND: []}
+    found: dict[str, list[Any]] = {nb.VPA_KIND: [], limitrange.LIMIT_RANGE_KIND: [], quota.QUOTA_KIND: []}
     builders = {
         nb.VPA_KIND: nb.vpa_from_dict,
-        nb.LIMIT_RANGE_KIND: nb.limit_range_from_dict,
-        nb.QUOTA_KIND: nb.quota_from_dict,
+        limitrange.LIMIT_RANGE_KIND: limitrange.limit_range_from_dict,
+        quota.QUOTA_KIND: quota.quota_from_dict,
     }
     for obj in objs:
         if not isinstance(obj, dict):

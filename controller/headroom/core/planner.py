@@ -12,10 +12,12 @@ from operator import attrgetter
 from . import eligibility as elig
 from . import keys
 from .capabilities import node_allows_pod_level_resize
-from .neighbours import ANY, EMPTY, Neighbours, QuotaBudget, limit_range_cap, limit_range_refusal, pod_limits_cpu
+from .limitrange import limit_range_cap, limit_range_refusal
+from .neighbours import ANY, EMPTY, Neighbours
 from .params import Resolver, Settings
 from .policy import Managed, NodeSummary, PodTarget, compute_node, fit_room, limit_delta, write_order
 from .quantity import QuantityError, cpu_milli
+from .quota import QuotaBudget, pod_limits_cpu
 from .records import Namespace, Node, Pod
 
 

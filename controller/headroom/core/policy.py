@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .neighbours import Cap
+from .limitrange import Cap
 from .params import Settings
 from .records import GUARANTEED, INIT, Container, Pod, qos_class
 

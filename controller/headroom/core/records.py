@@ -187,6 +187,14 @@ def _where(obj: Mapping[str, Any]) -> str:
 _MALFORMED = (TypeError, AttributeError, ValueError, KeyError, IndexError, ArithmeticError, RecursionError)
 
 
+def namespaced_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of a namespaced object; "default" when it names no namespace."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise RecordError(f"{obj.get('kind') or 'object'}: metadata.name is required")
+    return str(meta.get("namespace") or "default"), str(meta["name"])
+
+
 def _guarded(build: Any) -> Any:
     def guarded(obj: Mapping[str, Any]) -> Any:
         try:

@@ -21,7 +21,7 @@ from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
 from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
-from ..core import keys
+from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
@@ -483,8 +483,8 @@ class Controller:
             (PROFILE_PATH, self._custom_list(keys.PROFILE_KIND), self._custom_event(keys.PROFILE_KIND)),
         ]
         for path, kind, build in (
-            (nb.LIMIT_RANGE_PATH, nb.LIMIT_RANGE_KIND, nb.limit_range_from_dict),
-            (nb.QUOTA_PATH, nb.QUOTA_KIND, nb.quota_from_dict),
+            (limitrange.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
+            (quota.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
         ):
             watches.append((path, self._neighbour_list(kind, build), self._neighbour_event(kind, build)))
         for path, on_list, on_event in watches:

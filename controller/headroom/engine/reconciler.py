@@ -23,11 +23,12 @@ from ..cluster.writer import (
 )
 from ..core import eligibility as elig
 from ..core import keys, release
-from ..core.neighbours import Neighbours, QuotaBudget
+from ..core.neighbours import Neighbours
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
 from ..core.policy import PodTarget, outside_deadband, write_order
 from ..core.quantity import QuantityError, cpu_milli, format_milli
+from ..core.quota import QuotaBudget
 from ..core.records import Node, Pod
 from .backoff import PodBackoff
 from .config import ConfigState

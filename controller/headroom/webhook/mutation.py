@@ -34,7 +34,8 @@ from ..core.eligibility import (
     eligibility,
     node_excluded,
 )
-from ..core.neighbours import EMPTY, Neighbours, limit_range_refusal
+from ..core.limitrange import limit_range_refusal
+from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver, Settings
 from ..core.planner import user_cap
 from ..core.policy import QUANTUM
