@@ -163,11 +163,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         try:
             api = Api(connect(args.kubeconfig, args.context))
-            live = api.get(f"/apis/{keys.API_VERSION}/headroomconfigs").get("items") or []
+            live = api.get(keys.CONFIG_PATH).get("items") or []
         except ApiError as exc:
             raise UsageError(f"--live: cannot read the cluster's HeadroomConfig: {exc}") from None
         try:  # for profiles that tie on the same nodes; without it only identical selectors are caught
-            nodes = api.get("/api/v1/nodes").get("items") or []
+            nodes = api.get(keys.NODES_PATH).get("items") or []
             node_labels = [(n.get("metadata") or {}).get("labels") or {} for n in nodes]
         except ApiError as exc:
             print(
@@ -226,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from . import logs
     from .cluster.api import Api, ApiError, connect
-    from .engine.controller import Controller, Options, UnsafeCertDir
+    from .engine.controller import Controller, Options
+    from .webhook.host import UnsafeCertDir
 
     logs.setup(args.log_format, args.log_level)
     options = Options(

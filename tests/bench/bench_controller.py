@@ -134,7 +134,14 @@ def bench_ingest(n: int) -> None:
         for _ in range(3):
             controller = Controller(api=None)  # type: ignore[arg-type]  # no I/O on this path
             kw = {"decode_event": decode_mod.pod_event} if typed else {}
-            r = Reflector(None, "/api/v1/pods", controller._pods_list, controller._pod_event, threading.Event(), **kw)  # type: ignore[arg-type]
+            r = Reflector(
+                None,
+                "/api/v1/pods",
+                controller.handlers.pods_list,
+                controller.handlers.pod_event,
+                threading.Event(),
+                **kw,
+            )  # type: ignore[arg-type]
             if tuned:
                 tune_gc()
             try:

@@ -106,7 +106,7 @@ def test_validate_gives_the_api_servers_verdict_on_a_generated_corpus(control_pl
                     [d for d in docs if d.get("kind") == "HeadroomConfig"],
                     [d for d in docs if d.get("kind") == "NodePoolProfile"],
                 )
-                res.resolver.for_labels({"pool": "batch"})
+                res.resolver.settings_for({"pool": "batch"})
             except Exception as exc:
                 crashes.append(f"{case.name}: the loader raised {type(exc).__name__}: {exc}")
     accepted = sum(1 for v in verdicts if v[0] and v[2])

@@ -113,7 +113,7 @@ def test_a_ca_appended_to_the_secret_never_reaches_the_cluster_scoped_bundle():
 
 
 def test_the_certificate_files_are_written_only_into_a_directory_of_the_controllers_own(tmp_path):
-    from headroom.engine.controller import own_cert_dir
+    from headroom.webhook.host import own_cert_dir
 
     objs = Objects()
     m = manager(objs)
@@ -135,7 +135,7 @@ def test_a_certificate_directory_someone_else_can_write_is_refused_with_the_fix(
 
     import pytest
 
-    from headroom.engine.controller import UnsafeCertDir, own_cert_dir
+    from headroom.webhook.host import UnsafeCertDir, own_cert_dir
 
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -196,7 +196,7 @@ def test_garbage_configuration_resolves_to_something_never_raises(spec, profile_
     ]
     profiles = [{"apiVersion": V, "kind": "NodePoolProfile", "metadata": {"name": "p"}, "spec": profile_spec}]
     res = resolve(configs, profiles, remembered)  # type: ignore[arg-type]
-    s = res.resolver.for_labels({"pool": "p"})
+    s = res.resolver.settings_for({"pool": "p"})
     # Either usable settings or a reason why nothing is written; never a half-read config.
     assert s.blocked is None or isinstance(s.blocked, str)
 

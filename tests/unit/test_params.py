@@ -49,9 +49,9 @@ def test_profile_overrides_field_by_field():
         settings_from(cfg(deadband={"grow": 0.3, "shrink": 0.2})),
         [prof("batch", {"pool": "batch"}, deadband={"grow": 0.4}, maxMultiplier=0)],
     )
-    s = r.for_labels({"pool": "batch"})
+    s = r.settings_for({"pool": "batch"})
     assert (s.pool, s.deadband_grow, s.deadband_shrink, s.max_multiplier) == ("batch", 0.4, 0.2, Fraction(0))
-    assert r.for_labels({"pool": "other"}).pool == ""
+    assert r.settings_for({"pool": "other"}).pool == ""
 
 
 def test_highest_priority_wins_and_ties_go_to_the_first_name():
@@ -63,15 +63,15 @@ def test_highest_priority_wins_and_ties_go_to_the_first_name():
             prof("low", {"a": "1"}, priority=1),
         ],
     )
-    assert r.for_labels({"a": "1"}).pool == "alpha"
+    assert r.settings_for({"a": "1"}).pool == "alpha"
     assert [p.name for p in r.matching({"a": "1"})] == ["alpha", "zeta", "low"]
 
 
 def test_pool_dry_run_cannot_switch_off_global_dry_run():
     r = Resolver.build(settings_from(cfg(dryRun=True)), [prof("p", {"a": "1"}, dryRun=False)])
-    assert r.for_labels({"a": "1"}).dry_run is True
+    assert r.settings_for({"a": "1"}).dry_run is True
     r = Resolver.build(settings_from(None), [prof("p", {"a": "1"}, dryRun=True)])
-    assert r.for_labels({"a": "1"}).dry_run is True
+    assert r.settings_for({"a": "1"}).dry_run is True
 
 
 def test_profile_exclusions_are_added():
@@ -79,16 +79,16 @@ def test_profile_exclusions_are_added():
         settings_from(cfg(exclusions={"containers": ["istio-proxy"]})),
         [prof("p", {"a": "1"}, exclusions={"containers": ["envoy"], "namespaces": ["obs"]})],
     )
-    ex = r.for_labels({"a": "1"}).exclusions
+    ex = r.settings_for({"a": "1"}).exclusions
     assert ex.containers == {"istio-proxy", "envoy"} and ex.namespaces == {"kube-system", "obs"}
 
 
 def test_profile_whose_merged_deadband_is_inverted_freezes_its_nodes_never_hands_them_over():
     r = Resolver.build(settings_from(None), [prof("tight", {"a": "1"}, deadband={"grow": 0.02})])
     assert "NodePoolProfile/tight: spec.deadband" in r.errors["tight"]
-    s = r.for_labels({"a": "1"})
+    s = r.settings_for({"a": "1"})
     assert s.pool == "tight" and s.blocked is not None and "nothing is written" in s.blocked
-    assert r.for_labels({"a": "2"}).blocked is None
+    assert r.settings_for({"a": "2"}).blocked is None
 
 
 @pytest.mark.parametrize("value,expected", [("250m", 250), (2, 2000), ("1.5", 1500)])

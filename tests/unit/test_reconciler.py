@@ -145,7 +145,7 @@ def _echo(cache: ClusterCache, raws: list, writer: RecordingWriter, rv: int) -> 
 def test_a_pass_cut_short_keeps_no_plan_and_never_resends_a_resize_the_watch_has_not_brought():
     cache, config, raws = _cluster(4)
     writer = RecordingWriter(budget=1)
-    rec = Reconciler(cache, config, writer, PodBackoff(), lambda n: False)
+    rec = Reconciler(cache, config, writer, PodBackoff())
     first = rec.reconcile("n1")
     assert first.partial and writer.resizes == ["p0"] and rec.resizes_waiting()
     # The next turns decide again from the cache, which has not seen p0's resize yet:
@@ -167,7 +167,7 @@ def test_a_pass_cut_short_keeps_no_plan_and_never_resends_a_resize_the_watch_has
 def test_status_annotations_are_one_lane_item_per_node_decided_when_sent():
     cache, config, raws = _cluster(30)
     writer = RecordingWriter()
-    rec = Reconciler(cache, config, writer, PodBackoff(), lambda n: False)
+    rec = Reconciler(cache, config, writer, PodBackoff())
     rec.reconcile("n1")
     assert len(writer.resizes) == 30
     assert writer.lane.depth() == 1  # one item for the node, not one per pod
@@ -189,7 +189,7 @@ def test_backoffs_of_one_node_ending_a_pass_apart_end_together():
     now = [1000.0]
     backoff = PodBackoff(clock=lambda: now[0])
     writer = RecordingWriter()
-    rec = Reconciler(cache, config, writer, backoff, lambda n: False, clock=lambda: now[0])
+    rec = Reconciler(cache, config, writer, backoff, clock=lambda: now[0])
     rec.reconcile("n1")
     assert writer.written == {"p0": "8000m", "p1": "8000m"}  # 500m + half of 15 CPU each
     _echo(cache, raws, writer, rv=100)

@@ -41,7 +41,7 @@ def managed(settings) -> str:
 def test_no_headroom_config_blocks_every_write():
     res = resolve([], [profile("batch")])
     assert res.resolver.base.blocked == NO_CONFIG and not res.usable
-    assert res.resolver.for_labels({"pool": "batch"}).blocked == NO_CONFIG
+    assert res.resolver.settings_for({"pool": "batch"}).blocked == NO_CONFIG
     assert managed(res.resolver.base) == CONFIG_UNUSABLE
 
 
@@ -76,17 +76,17 @@ def test_a_profile_valid_alone_but_not_merged_keeps_its_last_valid_version():
     res = resolve([config()], [profile("batch", deadband={"shrink": 0.30})], good.applied)
     assert res.running["NodePoolProfile/batch"] == LAST_VALID
     assert "merged with HeadroomConfig" in res.problems["NodePoolProfile/batch"]
-    s = res.resolver.for_labels({"pool": "batch"})
+    s = res.resolver.settings_for({"pool": "batch"})
     assert s.pool == "batch" and s.paused and s.blocked is None
 
 
 def test_a_profile_with_no_usable_version_freezes_its_nodes():
     res = resolve([config()], [profile("batch", deadband={"shrink": 0.30}, exclusions={"namespaces": ["ns"]})])
     assert res.running["NodePoolProfile/batch"] == FROZEN
-    s = res.resolver.for_labels({"pool": "batch"})
+    s = res.resolver.settings_for({"pool": "batch"})
     assert s.pool == "batch" and s.blocked is not None  # never the global settings
     assert managed(s) == CONFIG_UNUSABLE
-    assert res.resolver.for_labels({"pool": "other"}).blocked is None  # other nodes keep working
+    assert res.resolver.settings_for({"pool": "other"}).blocked is None  # other nodes keep working
 
 
 def test_a_profile_whose_selector_cannot_be_read_blocks_every_node():

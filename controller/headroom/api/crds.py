@@ -154,7 +154,7 @@ def definitions() -> dict[str, dict[str, Any]]:
     """File name in `crds/` → CRD object."""
     config = _crd(
         keys.CONFIG_KIND,
-        "headroomconfigs",
+        keys.CONFIG_PLURAL,
         "hrc",
         HeadroomConfigSpec,
         HeadroomConfigStatus,
@@ -191,7 +191,7 @@ def definitions() -> dict[str, dict[str, Any]]:
     )
     profile = _crd(
         keys.PROFILE_KIND,
-        "nodepoolprofiles",
+        keys.PROFILE_PLURAL,
         "npp",
         NodePoolProfileSpec,
         NodePoolProfileStatus,

@@ -19,6 +19,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
+from ..core import keys
+
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -230,8 +232,8 @@ _PLURALS = {
     "LimitRange": "limitranges",
     "Lease": "leases",
     "CustomResourceDefinition": "customresourcedefinitions",
-    "HeadroomConfig": "headroomconfigs",
-    "NodePoolProfile": "nodepoolprofiles",
+    keys.CONFIG_KIND: keys.CONFIG_PLURAL,
+    keys.PROFILE_KIND: keys.PROFILE_PLURAL,
     "ClusterRole": "clusterroles",
     "ClusterRoleBinding": "clusterrolebindings",
     "Role": "roles",

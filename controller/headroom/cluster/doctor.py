@@ -31,12 +31,12 @@ NEEDED = [
     *[("watch", "", r, "") for r in ("pods", "nodes", "namespaces", "limitranges", "resourcequotas")],
     ("list", "autoscaling.k8s.io", "verticalpodautoscalers", ""),
     ("watch", "autoscaling.k8s.io", "verticalpodautoscalers", ""),
-    ("list", keys.GROUP, "headroomconfigs", ""),
-    ("list", keys.GROUP, "nodepoolprofiles", ""),
+    ("list", keys.GROUP, keys.CONFIG_PLURAL, ""),
+    ("list", keys.GROUP, keys.PROFILE_PLURAL, ""),
     ("patch", "", "pods", "resize"),
     ("patch", "", "pods", ""),
-    ("patch", keys.GROUP, "headroomconfigs", "status"),
-    ("patch", keys.GROUP, "nodepoolprofiles", "status"),
+    ("patch", keys.GROUP, keys.CONFIG_PLURAL, "status"),
+    ("patch", keys.GROUP, keys.PROFILE_PLURAL, "status"),
     ("create", "events.k8s.io", "events", ""),
 ]
 
@@ -231,7 +231,7 @@ def webhook_checks(
     try:  # a namespace being deleted refuses new pods
         active = {
             n["metadata"]["name"]
-            for n in api.get("/api/v1/namespaces").get("items") or []
+            for n in api.get(keys.NAMESPACES_PATH).get("items") or []
             if (n.get("status") or {}).get("phase", "Active") == "Active"
         }
     except ApiError:
@@ -354,7 +354,7 @@ def find_install(api: Api) -> Install | None:
 def config_check(api: Api) -> Iterator[Finding]:
     """The first thing to know: without a HeadroomConfig nothing is written at all."""
     try:
-        api.get(f"/apis/{keys.API_VERSION}/headroomconfigs/{keys.SINGLETON_NAME}")
+        api.get(f"{keys.CONFIG_PATH}/{keys.SINGLETON_NAME}")
     except ApiError as exc:
         if exc.status == 404:
             yield Finding(

@@ -10,11 +10,11 @@ from .api import Api, ApiError
 from .snapshot import Snapshot, snapshot_from_objects
 
 _KINDS = (
-    ("/api/v1/nodes", "v1", "Node"),
-    ("/api/v1/namespaces", "v1", "Namespace"),
-    ("/api/v1/pods", "v1", "Pod"),
-    (f"/apis/{keys.API_VERSION}/headroomconfigs", keys.API_VERSION, keys.CONFIG_KIND),
-    (f"/apis/{keys.API_VERSION}/nodepoolprofiles", keys.API_VERSION, keys.PROFILE_KIND),
+    (keys.NODES_PATH, "v1", "Node"),
+    (keys.NAMESPACES_PATH, "v1", "Namespace"),
+    (keys.PODS_PATH, "v1", "Pod"),
+    (keys.CONFIG_PATH, keys.API_VERSION, keys.CONFIG_KIND),
+    (keys.PROFILE_PATH, keys.API_VERSION, keys.PROFILE_KIND),
     (limitrange.LIMIT_RANGE_PATH, "v1", limitrange.LIMIT_RANGE_KIND),
     (quota.QUOTA_PATH, "v1", quota.QUOTA_KIND),
     (nb.VPA_PATH, "autoscaling.k8s.io/v1", nb.VPA_KIND),

@@ -23,6 +23,14 @@ SINGLETON_NAME: Final = "cluster"
 
 CONFIG_KIND: Final = "HeadroomConfig"
 PROFILE_KIND: Final = "NodePoolProfile"
+CONFIG_PLURAL: Final = "headroomconfigs"
+PROFILE_PLURAL: Final = "nodepoolprofiles"
+# Where the API server serves what the controller reads: one spelling for every caller.
+CONFIG_PATH: Final = f"/apis/{API_VERSION}/{CONFIG_PLURAL}"
+PROFILE_PATH: Final = f"/apis/{API_VERSION}/{PROFILE_PLURAL}"
+PODS_PATH: Final = "/api/v1/pods"
+NODES_PATH: Final = "/api/v1/nodes"
+NAMESPACES_PATH: Final = "/api/v1/namespaces"
 
 # The gate that makes pod-level `spec.resources` resizable in place (KEP-5419).
 POD_LEVEL_RESIZE_FEATURE: Final = "InPlacePodLevelResourcesVerticalScaling"

@@ -63,9 +63,15 @@ class Settings:
     def mode(self) -> str:
         """Blocked (nothing may be written: no usable configuration), DryRun, Paused or
         Active: how `plan`, status and the printer columns name it."""
-        if self.blocked is not None:
-            return "Blocked"
-        return "DryRun" if self.dry_run else "Paused" if self.paused else "Active"
+        return mode_of(self.blocked is not None, self.dry_run, self.paused)
+
+
+def mode_of(blocked: bool, dry_run: bool, paused: bool) -> str:
+    """The mode of a node's settings, a profile or the global configuration: Blocked wins
+    over DryRun, DryRun over Paused."""
+    if blocked:
+        return "Blocked"
+    return "DryRun" if dry_run else "Paused" if paused else "Active"
 
 
 @dataclass(slots=True, frozen=True)
@@ -163,15 +169,19 @@ class Resolver:
         """Every profile that selects a node with these labels, winner first."""
         return [p for p in self.profiles if p.node_selector.matches(labels)]
 
-    def settings_of(self, profile: str) -> Settings | None:
-        """The merged settings of a usable profile, by name."""
-        return self._merged.get(profile)
+    def pool_settings(self, pool: str) -> Settings | None:
+        """The settings of a pool: the global ones for "" (no profile), a usable profile's
+        merged ones by its name, None for any other name."""
+        return self._merged.get(pool) if pool else self.base
 
     def every(self) -> list[Settings]:
         """The global settings and each profile's merged ones: every way a node can be run."""
         return [self.base, *self._merged.values()]
 
-    def for_labels(self, labels: Mapping[str, str]) -> Settings:
+    def settings_for(self, labels: Mapping[str, str]) -> Settings:
+        """The settings of a node with these labels: the first profile (by priority) whose
+        selector matches them, else the global settings. The one lookup the controller,
+        the webhook, `plan` and status use."""
 
         for p in self.profiles:
             if p.node_selector.matches(labels):

@@ -231,7 +231,7 @@ def plan_cluster(
             node,
             by_node.get(name, ()),
             namespaces,
-            resolver.for_labels(node.labels),
+            resolver.settings_for(node.labels),
             # The controller's own per-node rule, so `plan` and `run` agree pod by pod.
             pod_level_resize=node_allows_pod_level_resize(node, pod_level_resize),
             backing_off=backing_off,

@@ -80,6 +80,3 @@ class ConfigState:
                     log.info("configuration usable: writes resume")
             self._said_blocked = blocked
         return new
-
-    def settings_for(self, labels: Mapping[str, str]) -> Settings:
-        return self.resolution.resolver.for_labels(labels)

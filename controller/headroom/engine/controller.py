@@ -1,4 +1,10 @@
-"""`headroom run`: watches feed the cache, the cache queues nodes, workers reconcile them."""
+"""`headroom run`: watches feed the cache (engine/handlers.py), the cache queues nodes,
+workers reconcile them (engine/reconciler.py), the leader writes status (engine/status.py),
+and every replica serves the webhook (webhook/host.py).
+
+This module assembles those parts and runs their threads: the options, the wiring between
+the parts, start-up (capabilities, watches, the first sync), the loops, and shutdown. It is
+long because that is one concern: what runs, in which order, and what /healthz watches."""
 
 from __future__ import annotations
 
@@ -8,15 +14,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..cluster import decode
 from ..cluster.api import Api, ApiError
 from ..cluster.cache import ClusterCache, Stale
-from ..cluster.certs import CertManager
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.lease import LeaderElector
 from ..cluster.watch import Reflector
@@ -25,19 +29,18 @@ from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
-from ..core.records import Node, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+from ..core.records import Node
 from ..metrics import Metrics, serve
-from ..webhook import server as webhook
+from ..webhook.host import Certificate, Replica, WebhookHost
+from ..webhook.server import Sources
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
+from .handlers import WatchHandlers
 from .queue import NodeQueue, WriteLimiter
-from .reconciler import Reconciler
+from .reconciler import Hooks, Reconciler
 from .status import StatusWriter
 
 log = logging.getLogger("headroom.controller")
-
-CONFIG_PATH = f"/apis/{keys.API_VERSION}/headroomconfigs"
-PROFILE_PATH = f"/apis/{keys.API_VERSION}/nodepoolprofiles"
 
 
 DEFAULT_GC = gc.get_threshold()
@@ -84,41 +87,6 @@ class Options:
     resize_lag_seconds: float = 60.0
 
 
-class UnsafeCertDir(ValueError):
-    """A certificate directory the controller would write its private key into, but that
-    someone else owns or may write to."""
-
-
-def own_cert_dir(cert_dir: Path) -> Path | None:
-    """`cert_dir` when the controller keeps its files itself: a writable directory that is
-    not a Secret volume (the kubelet's volumes hold `..data`; the chart mounts them
-    read-only). Created (mode 0700) when missing and its parent is writable. None otherwise.
-
-    Raises UnsafeCertDir for a writable directory that is not the running user's own, or
-    that its group or others may write: someone else could plant files or links there and
-    read or redirect the private key."""
-    try:
-        cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-    if (cert_dir / "..data").exists() or not os.access(cert_dir, os.W_OK):
-        return None
-    st = cert_dir.stat()
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        raise UnsafeCertDir(
-            f"--webhook-cert-dir {cert_dir}: owned by uid {st.st_uid}, not by this user (uid {uid}); "
-            f"the private key is written there: use a directory of your own (chown {uid} {cert_dir}, "
-            f"or point --webhook-cert-dir at a new path)"
-        )
-    if st.st_mode & 0o022:
-        raise UnsafeCertDir(
-            f"--webhook-cert-dir {cert_dir}: mode {st.st_mode & 0o777:04o} lets its group or others write "
-            f"there, next to the private key: chmod go-w {cert_dir} (0700 is best)"
-        )
-    return cert_dir
-
-
 class Controller:
     def __init__(self, api: Api, options: Options | None = None) -> None:
         self.api = api
@@ -134,7 +102,6 @@ class Controller:
         self.retry = RetryDelay()
         self.facts = ServerFacts(None, False)
         self._pod_level_cluster = False
-        self._cert_files: Path | None = None  # the certificate directory the controller keeps itself
         self.metrics = Metrics(pod_series=self.options.pod_metrics, lag_seconds=self.options.resize_lag_seconds)
         self.metrics.queue_depth.set_function(self.queue.depth)
         self.elector: LeaderElector | None = None
@@ -157,10 +124,7 @@ class Controller:
             self.config,
             self.writer,
             self.backoff,
-            self._pod_level_for,
-            self._count,
-            self._observe,
-            self._annotation_failed,
+            Hooks(self._pod_level_for, self._count, self._observe, self._annotation_failed),
             annotate=self.options.status_annotation,
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting
@@ -179,7 +143,16 @@ class Controller:
         self._blocked_logged: str | None = None
         self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
         self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
-        self._custom_listed: set[str] = set()  # HeadroomConfig / NodePoolProfile lists seen
+        self.handlers = WatchHandlers(
+            self.cache,
+            self._queue,
+            forget_pod=self._forget_pod,
+            on_error=self._error,
+            on_nodes_listed=self._refresh_pod_level,
+            on_config=self._reconfigure,
+            config_lock=self._config_lock,
+            config_kinds=(keys.CONFIG_KIND, keys.PROFILE_KIND),
+        )
 
         self._servers: list[Any] = []
         self.reflectors: list[Reflector] = []
@@ -291,89 +264,12 @@ class Controller:
             self.reconciler.changed(name)
             self.queue.add(name)
 
-    def _record(self, build: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
-        """The slim record of one object; None (logged, counted) when it cannot be read.
-        Whatever the object holds, this returns: one bad object never stops a watch."""
-        try:
-            return build(obj)
-        except RecordError as exc:
-            log.error("object skipped: cannot read it", extra={"error": str(exc)})
-        except Exception:
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            name = f"{meta.get('namespace', '')}/{meta.get('name')}" if isinstance(meta, dict) else "?"
-            log.exception("object skipped: reading it crashed", extra={"object": name})
-        self._error("record")
-        return None
-
-    def _records(self, build: Callable[[dict[str, Any]], Any], items: Iterable[dict[str, Any]]) -> list[Any]:
-        return [r for r in (self._record(build, obj) for obj in items) if r is not None]
-
-    def _pods_list(self, items: Iterable[dict[str, Any]]) -> None:
-        self._queue(self.cache.replace_pods(self._records(pod_from_dict, items)))
-
-    def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        if kind == "DELETED":
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            self.backoff.forget(key)
-            self.reconciler.forget(key)
-            self._queue(self.cache.delete_pod(key))
-            return
-
-        pod = self._record(pod_from_dict, obj)
-        if pod is not None:
-            self._queue(self.cache.upsert_pod(pod))
-
-    def _nodes_list(self, items: Iterable[dict[str, Any]]) -> None:
-        self._queue(self.cache.replace_nodes(self._records(node_from_dict, items)))
-        self._refresh_pod_level()
-
-    def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self._queue(self.cache.delete_node(str((obj.get("metadata") or {}).get("name"))))
-            return
-        node = self._record(node_from_dict, obj)
-        if node is not None:
-            self._queue(self.cache.upsert_node(node))
-
-    def _namespaces_list(self, items: Iterable[dict[str, Any]]) -> None:
-        self._queue(self.cache.replace_namespaces(self._records(namespace_from_dict, items)))
-
-    def _namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self._queue(self.cache.delete_namespace(str((obj.get("metadata") or {}).get("name"))))
-            return
-        ns = self._record(namespace_from_dict, obj)
-        if ns is not None:
-            self._queue(self.cache.upsert_namespace(ns))
-
-    def _neighbour_list(self, kind: str, build: Callable[[dict[str, Any]], Any]) -> Callable[[Iterable[Any]], None]:
-        def on_list(items: Iterable[dict[str, Any]]) -> None:
-            self._queue(self.cache.replace_neighbours(kind, self._records(build, items)))
-
-        return on_list
-
-    def _neighbour_event(
-        self, kind: str, build: Callable[[dict[str, Any]], Any]
-    ) -> Callable[[str, dict[str, Any]], None]:
-        def on_event(event: str, obj: dict[str, Any]) -> None:
-            meta = obj.get("metadata") or {}
-            if event == "DELETED":
-                ns, name = str(meta.get("namespace")), str(meta.get("name"))
-                self._queue(self.cache.delete_neighbour(kind, ns, name))
-                return
-            record = self._record(build, obj)
-            if record is not None:
-                self._queue(self.cache.put_neighbour(kind, record))
-            else:
-                # Unreadable: the previous version would be trusted wrongly. Forget it and
-                # say so; a VPA that cannot be read could be one that owns the limits.
-                self._queue(self.cache.delete_neighbour(kind, str(meta.get("namespace")), str(meta.get("name"))))
-
-        return on_event
+    def _forget_pod(self, key: str) -> None:
+        self.backoff.forget(key)
+        self.reconciler.forget(key)
 
     def _reflector(self, path: str, on_list: Any, on_event: Any, stop: threading.Event | None = None) -> Reflector:
-        typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == "/api/v1/pods" else {}
+        typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == keys.PODS_PATH else {}
         return Reflector(
             self.api,
             path,
@@ -394,8 +290,8 @@ class Controller:
                 self.reflectors.append(
                     self._reflector(
                         nb.VPA_PATH,
-                        self._neighbour_list(nb.VPA_KIND, nb.vpa_from_dict),
-                        self._neighbour_event(nb.VPA_KIND, nb.vpa_from_dict),
+                        self.handlers.neighbour_list(nb.VPA_KIND, nb.vpa_from_dict),
+                        self.handlers.neighbour_event(nb.VPA_KIND, nb.vpa_from_dict),
                         self._vpa_stop,
                     )
                 )
@@ -407,41 +303,17 @@ class Controller:
                 self._queue(self.cache.replace_neighbours(nb.VPA_KIND, ()))
                 log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
 
-    def _custom_list(self, kind: str) -> Callable[[Iterable[dict[str, Any]]], None]:
-        def on_list(items: Iterable[dict[str, Any]]) -> None:
-            objs = list(items)  # fetched before any lock is taken
-            with self._config_lock:
-                self.cache.replace_custom(kind, objs)
-                self._custom_listed.add(kind)
-                self._reconfigure()
-
-        return on_list
-
-    def _custom_event(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
-        def on_event(event: str, obj: dict[str, Any]) -> None:
-            with self._config_lock:
-                if event == "DELETED":
-                    self.cache.delete_custom(kind, str((obj.get("metadata") or {}).get("name")))
-                else:
-                    self.cache.put_custom(kind, obj)
-                self._reconfigure()
-
-        return on_event
-
     def _reconfigure(self) -> None:
-        if len(self._custom_listed) < 2:
-            # Half the configuration is not a configuration: deciding (and logging "nothing
-            # will be written") before both kinds are listed would be about a state that
-            # never existed.
-            return
+        """The configuration changed (called by the handlers once both kinds are listed):
+        take it, and queue the nodes whose settings it changed."""
         labels = self.cache.node_labels()
-        before = {n: self.config.settings_for(lab) for n, lab in labels.items()}
+        before = {n: self.config.resolver.settings_for(lab) for n, lab in labels.items()}
         self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))
         base = self.config.base
         self.metrics.config_valid.set(1 if self.config.valid else 0)
         self.queue.debounce = base.debounce_seconds
         self.limiter.configure(base.per_node_patches_per_second, base.client_qps)
-        changed = {n for n, lab in labels.items() if self.config.settings_for(lab) != before[n]}
+        changed = {n for n, lab in labels.items() if self.config.resolver.settings_for(lab) != before[n]}
         self._queue(Stale(nodes=changed))
         # A new generation of any object is Reconciling until the nodes it changed are
         # recomputed. (Before the first sync this is provisional: the sync makes every
@@ -463,11 +335,10 @@ class Controller:
         ports = {p for p in (self.options.metrics_port, self.options.health_port) if p is not None}
         for port in sorted(ports):
             self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
-        if self.options.webhook_cert_dir:  # every replica serves it, leader or not
-            # An unsafe directory stops here, said once; the certificate loop writes into this one.
-            self._cert_files = own_cert_dir(Path(self.options.webhook_cert_dir))
-            # Not a watched thread: it ends once the server runs (which /healthz then watches).
-            threading.Thread(target=self._start_webhook, name="webhook-start", daemon=True).start()
+        webhook = self._webhook_host()
+        if webhook is not None:
+            webhook.start()  # an unsafe certificate directory stops here, said once
+            self._servers.append(webhook)
         self.facts = discover(self.api)
         log.info(
             "cluster capabilities",
@@ -475,25 +346,61 @@ class Controller:
         )
         if not self.facts.pods_resize:
             log.error("the API server does not serve pods/resize (Kubernetes >= 1.35 needed); nothing will be written")
+        h = self.handlers
         watches = [
-            ("/api/v1/pods", self._pods_list, self._pod_event),
-            ("/api/v1/nodes", self._nodes_list, self._node_event),
-            ("/api/v1/namespaces", self._namespaces_list, self._namespace_event),
-            (CONFIG_PATH, self._custom_list(keys.CONFIG_KIND), self._custom_event(keys.CONFIG_KIND)),
-            (PROFILE_PATH, self._custom_list(keys.PROFILE_KIND), self._custom_event(keys.PROFILE_KIND)),
+            (keys.PODS_PATH, h.pods_list, h.pod_event),
+            (keys.NODES_PATH, h.nodes_list, h.node_event),
+            (keys.NAMESPACES_PATH, h.namespaces_list, h.namespace_event),
+            (keys.CONFIG_PATH, h.custom_list(keys.CONFIG_KIND), h.custom_event(keys.CONFIG_KIND)),
+            (keys.PROFILE_PATH, h.custom_list(keys.PROFILE_KIND), h.custom_event(keys.PROFILE_KIND)),
         ]
         for path, kind, build in (
             (limitrange.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
             (quota.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
         ):
-            watches.append((path, self._neighbour_list(kind, build), self._neighbour_event(kind, build)))
+            watches.append((path, h.neighbour_list(kind, build), h.neighbour_event(kind, build)))
         for path, on_list, on_event in watches:
             self.reflectors.append(self._reflector(path, on_list, on_event))
         self._watch_vpas()
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
         self._spawn("blocked-log", self._log_blocked)
-        if self.options.webhook_secret:
-            self._spawn("webhook-certificate", self._cert_loop)
+        if webhook is not None and webhook.certificate is not None:
+            self._spawn("webhook-certificate", webhook.keep_certificate)
+
+    def _webhook_host(self) -> WebhookHost | None:
+        """The webhook every replica serves (with a certificate directory) and the
+        certificate the leader keeps (with a Secret to keep it in); None with neither."""
+        o = self.options
+        if not o.webhook_cert_dir and not o.webhook_secret:
+            return None
+        certificate = None
+        if o.webhook_secret:
+            certificate = Certificate(
+                o.lease_namespace,
+                o.webhook_secret,
+                tuple(o.webhook_names),
+                str(o.webhook_configuration),
+                o.webhook_cert_check,
+            )
+        sources = Sources(
+            namespace=self.cache.namespace,
+            resolver=lambda: self.config.resolver,
+            blocked=self.inputs_problem,
+            neighbours=lambda: self.cache.neighbours,
+            nodes=self.cache.nodes_snapshot,
+            pod_level_resize=self._pod_level_for,  # the reconciler's own capability fact
+        )
+        return WebhookHost(
+            self.api,
+            Replica(self.stop, self.leading, self.writer.fence, self._error),
+            sources,
+            cert_dir=o.webhook_cert_dir,
+            port=o.webhook_port,
+            host=o.metrics_host,
+            observe=self.metrics.observe_webhook,
+            reload_every=o.webhook_cert_reload,
+            certificate=certificate,
+        )
 
     def _await_sync(self) -> None:
         """Workers start only once every list is in: acting on a partial view (missing
@@ -537,82 +444,6 @@ class Controller:
         for i in range(self.options.workers):
             self.workers.append(self._spawn(f"worker-{i}", self._work))
         self._spawn("capabilities", self._refresh_loop)
-
-    def _start_webhook(self) -> None:
-        """Serve once the certificate files exist (a managed Secret appears in the mounted
-        directory only after the leader created it and the kubelet synced it)."""
-        cert_dir = Path(str(self.options.webhook_cert_dir))
-        said = False
-        while not self.stop.is_set():
-            if (cert_dir / "tls.crt").is_file() and (cert_dir / "tls.key").is_file():
-                try:
-                    sources = webhook.Sources(
-                        namespace=self.cache.namespace,
-                        resolver=lambda: self.config.resolver,
-                        blocked=self.inputs_problem,
-                        neighbours=lambda: self.cache.neighbours,
-                        nodes=self.cache.nodes_snapshot,
-                        pod_level_resize=self._pod_level_for,  # the reconciler's own capability fact
-                    )
-                    self._servers.append(
-                        webhook.WebhookServer(
-                            self.options.webhook_port,
-                            cert_dir,
-                            sources,
-                            self.options.metrics_host,
-                            self.metrics.observe_webhook,
-                            self.options.webhook_cert_reload,
-                        ).start()
-                    )
-                    log.info("webhook serving", extra={"port": self.options.webhook_port})
-                    return
-                except Exception:
-                    log.exception("webhook server failed to start; retrying")
-                    self._error("webhook")
-            elif not said:
-                log.info("waiting for the webhook certificate files", extra={"dir": str(cert_dir)})
-                said = True
-            self.stop.wait(1.0)
-
-    def _cert_loop(self) -> None:
-        """The leader keeps the webhook certificate and the caBundle right (cluster/certs.py)."""
-        o = self.options
-        manager = CertManager(
-            self.api,
-            o.lease_namespace,
-            str(o.webhook_secret),
-            list(o.webhook_names),
-            str(o.webhook_configuration),
-        )
-        files = self._cert_files
-        # A check reads the Secret and the webhook configuration (two GETs) and fixes what
-        # differs, whatever the order the user made them in: every `webhook_cert_check`
-        # seconds, at once when this replica starts or stops leading, and every second while
-        # its own directory has no certificate yet.
-        due, was_leading = 0.0, None
-        while not self.stop.wait(1.0 if was_leading is not None else 0.0):
-            leading = self.leading()
-            if leading == was_leading and time.monotonic() < due:
-                continue
-            was_leading, due = leading, time.monotonic() + o.webhook_cert_check
-            try:
-                if leading:
-                    self.writer.fence()
-                    manager.ensure()
-                if files is not None:
-                    # A directory of the controller's own (off-cluster): no kubelet puts the
-                    # Secret there.
-                    manager.write_files(files)
-                    if not (files / "tls.crt").is_file():
-                        due = time.monotonic() + 1.0
-            except NotLeader:
-                due = 0.0
-            except ApiError as exc:
-                log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
-                self._error("certificate")
-            except Exception:
-                log.exception("webhook certificate check crashed; retrying")
-                self._error("certificate")
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""

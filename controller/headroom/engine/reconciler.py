@@ -100,6 +100,12 @@ def released_annotation(pod: Pod, reason: str, settings: Settings, note: str, wr
     return orjson.dumps(body).decode()
 
 
+def writes_now(t: PodTarget, settings: Settings) -> bool:
+    """Whether a pass writes this target's resize: one to apply, outside a dry run (which
+    counts it as would-apply and writes only the status annotation)."""
+    return t.apply and not settings.dry_run
+
+
 def annotation_due(pod: Pod, t: PodTarget, settings: Settings) -> bool:
     """Write the status annotation when it is missing, its mode or pool changed, or the
     target it shows is out of deadband — not on every factor wiggle."""
@@ -154,6 +160,20 @@ class _Steps:
     neighbours: Neighbours
 
 
+def _no_pod_level(node: Node) -> bool:
+    return False
+
+
+@dataclass(slots=True)
+class Hooks:
+    """What the reconciler asks of the controller it runs in, and tells it."""
+
+    pod_level_resize: Callable[[Node], bool] = _no_pod_level  # may this node's pods get a pod-level limit?
+    on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None  # a write's result: metrics
+    on_plan: Callable[[NodePlan], None] = lambda plan: None  # every computed node: metrics, status
+    on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None  # retry the node
+
+
 class Reconciler:
     """One pass over a node: decide every pod's target, write the resizes now (the node's
     budget permitting: otherwise the pass stops and the node's next turn decides again),
@@ -174,10 +194,7 @@ class Reconciler:
         config: ConfigState,
         writer: Writer,
         backoff: PodBackoff,
-        pod_level_resize: Callable[[Node], bool],
-        on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None,
-        on_plan: Callable[[NodePlan], None] = lambda plan: None,
-        on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None,
+        hooks: Hooks | None = None,
         annotate: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -185,10 +202,7 @@ class Reconciler:
         self.config = config
         self.writer = writer
         self.backoff = backoff
-        self.pod_level_resize = pod_level_resize
-        self.on_outcome = on_outcome  # (result, dry_run): metrics hook
-        self.on_plan = on_plan  # every computed node: metrics hook
-        self.on_annotation_failed = on_annotation_failed  # (node, outcome): retry the node
+        self.hooks = hooks or Hooks()
         self.annotate = annotate  # False: no kube-headroom.dev/status at all (very large clusters)
         self._clock = clock
         self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
@@ -251,7 +265,7 @@ class Reconciler:
             result = Result(blocked=why)
             result.retry_at(BLOCKED_DELAY, hold=True)
             return result
-        settings = self.config.settings_for(view.node.labels)
+        settings = self.config.resolver.settings_for(view.node.labels)
         self.backoff.period = self.config.base.backoff_seconds
         result = Result(blocked=settings.blocked)
         self._unfinished.discard(node_name)
@@ -279,7 +293,7 @@ class Reconciler:
             view.pods,
             view.namespaces,
             settings,
-            pod_level_resize=self.pod_level_resize(view.node),
+            pod_level_resize=self.hooks.pod_level_resize(view.node),
             backing_off=backing_off,
             neighbours=view.neighbours,
         )
@@ -300,7 +314,7 @@ class Reconciler:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
                 if self.backoff.add(pod.key) and settings.blocked is None:
-                    self.on_outcome(INFEASIBLE, settings.dry_run)
+                    self.hooks.on_outcome(INFEASIBLE, settings.dry_run)
                     self.writer.event(
                         pod,
                         "Warning",
@@ -309,7 +323,7 @@ class Reconciler:
                     )
         backing_off = self._come_back_together(pods, self.backoff.active())
         plan = self._plan_view(view, settings, backing_off)
-        self.on_plan(plan)
+        self.hooks.on_plan(plan)
         # A backoff that expires must bring the node back by itself, not wait for an event.
         for pod in pods:
             if pod.key in backing_off:
@@ -334,7 +348,7 @@ class Reconciler:
                     if restore is not None:
                         steps.append(restore)
                 continue
-            if t.apply and not settings.dry_run:
+            if writes_now(t, settings):
                 steps.append(pp)  # its annotation follows its resize
                 continue
             if pp.pod.unapplied is not None and pp.reason == elig.MANAGED and not settings.dry_run:
@@ -343,7 +357,7 @@ class Reconciler:
                     steps.append(resend)
                     continue
             if t.apply:
-                self.on_outcome(WOULD_APPLY, True)
+                self.hooks.on_outcome(WOULD_APPLY, True)
                 would.append(f"{pp.pod.key} {_change(pp.pod, t)}")
             annotate = annotate or annotation_due(pp.pod, t, settings)
         if annotate:
@@ -386,14 +400,14 @@ class Reconciler:
         view = self.cache.view(node_name)
         if view is None or not self.annotate or self.writer.blocked() is not None:
             return None, False
-        settings = self.config.settings_for(view.node.labels)
+        settings = self.config.resolver.settings_for(view.node.labels)
         if settings.blocked is not None or settings.paused:
             return None, False
         plan = self._plan_view(view, settings, self.backoff.active())
         first = None
         for pp in plan.pods:
             t = pp.target
-            if t is None or (t.apply and not settings.dry_run) or pp.pod.key in self._in_flight:
+            if t is None or writes_now(t, settings) or pp.pod.key in self._in_flight:
                 continue
             if annotation_due(pp.pod, t, settings):
                 if first is not None:
@@ -509,7 +523,7 @@ class Reconciler:
                             if fresh is None:
                                 break
                             log.info("resize conflict on a status write; sent again", extra={"pod": pod.key})
-                            self.on_outcome(CONFLICT, False)
+                            self.hooks.on_outcome(CONFLICT, False)
                             pod = fresh
                             outcome = self.writer.resize(pod, target)
                     except BaseException:
@@ -527,7 +541,7 @@ class Reconciler:
                 todo.steps.pop(0)
                 result.writes += 1
                 if outcome.result != GONE:
-                    self.on_outcome(outcome.result, False)
+                    self.hooks.on_outcome(outcome.result, False)
                 if outcome.result == APPLIED:
                     result.resizes += 1
                     self._in_flight[pod.key] = pod.resource_version
@@ -604,7 +618,7 @@ class Reconciler:
                 now is not None
                 and now.uid == uid
                 and on is not None
-                and self.config.settings_for(on.labels) == settings
+                and self.config.resolver.settings_for(on.labels) == settings
             )
 
         def on_outcome(outcome: Outcome) -> None:
@@ -630,7 +644,7 @@ class Reconciler:
                 "status annotation not written; node will be retried",
                 extra={"pod": key, "result": outcome.result, "error": outcome.message},
             )
-            self.on_annotation_failed(node, outcome)
+            self.hooks.on_annotation_failed(node, outcome)
 
     def _retry(self, outcome: Outcome, result: Result) -> bool:
         """A transient failure: stop this pass; True (the rest of the node waits)."""

@@ -23,6 +23,7 @@ from ..cluster.api import Api, ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
 from ..core.eligibility import POOL_PAUSED
+from ..core.params import mode_of
 from ..core.planner import NodePlan
 
 log = logging.getLogger("headroom.status")
@@ -241,22 +242,14 @@ class StatusWriter:
             entry = pools.setdefault(stat.pool, [0, 0])
             entry[0] += 1
             entry[1] += stat.managed
-        pool_settings = {name: resolver.settings_of(name) if name else resolver.base for name in pools}
+        pool_settings = {name: resolver.pool_settings(name) for name in pools}
         modes = {name: s.mode if s is not None else "Active" for name, s in pool_settings.items()}
         used = {modes[name] for name, (nodes, _) in pools.items() if nodes}
         status: dict[str, Any] = {
             "observedGeneration": int(obj["metadata"].get("generation") or 0),
             "conditions": conds,
             # Mixed when pools differ (a dry-run or paused pool in an active cluster).
-            "mode": "Blocked"
-            if resolver.base.blocked is not None
-            else "DryRun"
-            if dry_run
-            else used.pop()
-            if len(used) == 1
-            else "Mixed"
-            if used
-            else "Active",
+            "mode": _cluster_mode(mode_of(resolver.base.blocked is not None, dry_run, False), used),
             "nodes": len(self.nodes),
             "managedPods": sum(s.managed for s in self.nodes.values()),
             "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
@@ -289,7 +282,7 @@ class StatusWriter:
         labels = self.node_labels()
         mine = {n for n, s in self.nodes.items() if s.pool == name}
         profile = next((p for p in resolver.profiles if p.name == name), None)
-        settings = resolver.settings_of(name)
+        settings = resolver.pool_settings(name)
 
         dry_run = settings.dry_run if settings else resolver.base.dry_run
         blocked = settings.blocked if settings else resolver.base.blocked
@@ -346,7 +339,7 @@ class StatusWriter:
         status: dict[str, Any] = {
             "observedGeneration": generation,
             "conditions": conds,
-            "mode": "Blocked" if blocked is not None else "DryRun" if dry_run else "Paused" if paused else "Active",
+            "mode": mode_of(blocked is not None, dry_run, paused),
             "matchedNodes": len(mine),
             "managedPods": sum(s.managed for s in stats),
             "pendingResizes": sum(s.pending for s in stats),
@@ -429,3 +422,12 @@ class StatusWriter:
         ref = {"apiVersion": keys.API_VERSION, "kind": kind, "name": meta["name"], "uid": meta.get("uid", "")}
         with contextlib.suppress(NotLeader):
             self.writer.object_event(ref, "Warning", reason, str(cond["message"]), "Validate")
+
+
+def _cluster_mode(base: str, pools: set[str]) -> str:
+    """The HeadroomConfig's mode: its own when Blocked or DryRun (every node is then), else
+    the one mode of the pools that have nodes, or Mixed when they differ (a dry-run or
+    paused pool in an active cluster)."""
+    if base != "Active" or not pools:
+        return base
+    return next(iter(pools)) if len(pools) == 1 else "Mixed"

@@ -217,14 +217,14 @@ def _could_manage(record: Pod, namespace: Namespace | None, resolver: Resolver, 
     return False
 
 
-def _settings_of(
+def _node_kinds(
     candidates: Iterable[Node], resolver: Resolver, pod_level_resize: Callable[[Node], bool]
 ) -> dict[tuple[int, bool, bool, bool], tuple[Node, Settings]]:
     """One representative candidate per distinct (settings, what eligibility reads of a
     node): eligibility is decided once per kind of node, not once per node."""
     kinds: dict[tuple[int, bool, bool, bool], tuple[Node, Settings]] = {}
     for node in candidates:
-        settings = resolver.for_labels(node.labels)
+        settings = resolver.settings_for(node.labels)
         static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
         key = (id(settings), static or node_excluded(node.labels, settings), node.windows, pod_level_resize(node))
         if key not in kinds:
@@ -285,7 +285,7 @@ def patch_for(
         return []
     if not candidates:
         return []
-    kinds = _settings_of(candidates, resolver, pod_level_resize)
+    kinds = _node_kinds(candidates, resolver, pod_level_resize)
     for node, settings in kinds.values():
         if settings.dry_run or settings.blocked is not None:
             return []

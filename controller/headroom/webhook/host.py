@@ -1,0 +1,174 @@
+"""The webhook inside `headroom run`: serve it once its certificate files exist, and keep
+its certificate right (the leader's Secret and the configuration's caBundle, and, off a
+cluster, a directory of the controller's own)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cluster.api import Api, ApiError
+from ..cluster.certs import CertManager
+from ..cluster.writer import NotLeader
+from .server import Sources, WebhookServer
+
+log = logging.getLogger("headroom.controller")
+
+
+class UnsafeCertDir(ValueError):
+    """A certificate directory the controller would write its private key into, but that
+    someone else owns or may write to."""
+
+
+def own_cert_dir(cert_dir: Path) -> Path | None:
+    """`cert_dir` when the controller keeps its files itself: a writable directory that is
+    not a Secret volume (the kubelet's volumes hold `..data`; the chart mounts them
+    read-only). Created (mode 0700) when missing and its parent is writable. None otherwise.
+
+    Raises UnsafeCertDir for a writable directory that is not the running user's own, or
+    that its group or others may write: someone else could plant files or links there and
+    read or redirect the private key."""
+    try:
+        cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if (cert_dir / "..data").exists() or not os.access(cert_dir, os.W_OK):
+        return None
+    st = cert_dir.stat()
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeCertDir(
+            f"--webhook-cert-dir {cert_dir}: owned by uid {st.st_uid}, not by this user (uid {uid}); "
+            f"the private key is written there: use a directory of your own (chown {uid} {cert_dir}, "
+            f"or point --webhook-cert-dir at a new path)"
+        )
+    if st.st_mode & 0o022:
+        raise UnsafeCertDir(
+            f"--webhook-cert-dir {cert_dir}: mode {st.st_mode & 0o777:04o} lets its group or others write "
+            f"there, next to the private key: chmod go-w {cert_dir} (0700 is best)"
+        )
+    return cert_dir
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The webhook certificate the leader keeps: this Secret, valid for these names, with
+    its CA in this MutatingWebhookConfiguration's caBundle, checked every `check_every`
+    seconds."""
+
+    namespace: str
+    secret: str
+    names: tuple[str, ...]
+    configuration: str
+    check_every: float = 10.0
+
+
+@dataclass
+class Replica:
+    """What the host needs of the replica it runs in."""
+
+    stop: threading.Event
+    leading: Callable[[], bool]
+    fence: Callable[[], None]  # raises NotLeader when this replica may no longer write
+    on_error: Callable[[str], None]  # counts an error of a component
+
+
+class WebhookHost:
+    """Every replica serves the webhook, leader or not; the leader keeps its certificate."""
+
+    def __init__(
+        self,
+        api: Api,
+        replica: Replica,
+        sources: Sources,
+        *,
+        cert_dir: str | None,
+        port: int,
+        host: str,
+        observe: Callable[[str, float], None],
+        reload_every: float,
+        certificate: Certificate | None,
+    ) -> None:
+        self.api, self.replica, self.sources = api, replica, sources
+        self.cert_dir = Path(cert_dir) if cert_dir else None
+        self.port, self.host, self.observe, self.reload_every = port, host, observe, reload_every
+        self.certificate = certificate
+        self.server: WebhookServer | None = None
+        self._own_files: Path | None = None  # the certificate directory the controller keeps itself
+
+    def start(self) -> None:
+        """Check the certificate directory (an unsafe one raises UnsafeCertDir here, said
+        once) and serve once its files exist, from a thread that ends when the server runs."""
+        if self.cert_dir is None:
+            return
+        self._own_files = own_cert_dir(self.cert_dir)
+        threading.Thread(target=self._serve_when_ready, name="webhook-start", daemon=True).start()
+
+    def alive(self) -> bool:
+        return self.server is None or self.server.alive()
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+
+    def _serve_when_ready(self) -> None:
+        """A managed Secret appears in the mounted directory only after the leader created
+        it and the kubelet synced it."""
+        assert self.cert_dir is not None
+        said = False
+        stop = self.replica.stop
+        while not stop.is_set():
+            if (self.cert_dir / "tls.crt").is_file() and (self.cert_dir / "tls.key").is_file():
+                try:
+                    self.server = WebhookServer(
+                        self.port, self.cert_dir, self.sources, self.host, self.observe, self.reload_every
+                    ).start()
+                    log.info("webhook serving", extra={"port": self.port})
+                    return
+                except Exception:
+                    log.exception("webhook server failed to start; retrying")
+                    self.replica.on_error("webhook")
+            elif not said:
+                log.info("waiting for the webhook certificate files", extra={"dir": str(self.cert_dir)})
+                said = True
+            stop.wait(1.0)
+
+    def keep_certificate(self) -> None:
+        """The leader keeps the webhook certificate and the caBundle right (cluster/certs.py).
+        A check reads the Secret and the webhook configuration (two GETs) and fixes what
+        differs, whatever the order the user made them in: every `check_every` seconds, at
+        once when this replica starts or stops leading, and every second while its own
+        directory has no certificate yet."""
+        c = self.certificate
+        assert c is not None
+        manager = CertManager(self.api, c.namespace, c.secret, list(c.names), c.configuration)
+        files, replica = self._own_files, self.replica
+        due, was_leading = 0.0, None
+        while not replica.stop.wait(1.0 if was_leading is not None else 0.0):
+            leading = replica.leading()
+            if leading == was_leading and time.monotonic() < due:
+                continue
+            was_leading, due = leading, time.monotonic() + c.check_every
+            try:
+                if leading:
+                    replica.fence()
+                    manager.ensure()
+                if files is not None:
+                    # A directory of the controller's own (off-cluster): no kubelet puts the
+                    # Secret there.
+                    manager.write_files(files)
+                    if not (files / "tls.crt").is_file():
+                        due = time.monotonic() + 1.0
+            except NotLeader:
+                due = 0.0
+            except ApiError as exc:
+                log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
+                replica.on_error("certificate")
+            except Exception:
+                log.exception("webhook certificate check crashed; retrying")
+                replica.on_error("certificate")
