@@ -26,7 +26,8 @@ def _newest() -> str:
 
 # The API server the tests run against: HEADROOM_K8S_VERSION (pinned in tests/testenv), else
 # the newest pinned release.
-K8S_VERSION = os.environ.get("HEADROOM_K8S_VERSION") or _newest()
+NEWEST_K8S = _newest()
+K8S_VERSION = os.environ.get("HEADROOM_K8S_VERSION") or NEWEST_K8S
 K8S_MINOR = int(K8S_VERSION.split(".")[1])
 
 
@@ -211,6 +212,22 @@ def install_crds(api: Api) -> list[str]:
             assert time.monotonic() < deadline, f"{name} not Established: {conds}"
             time.sleep(0.2)
     return names
+
+
+def apply_config(api: Api, spec: dict[str, Any], manager: str = "headroom-tests", within: float = 30.0) -> None:
+    """Apply the HeadroomConfig `cluster` with this spec, again while the server refuses
+    it: a CRD just created or changed is served (and validates with its new schema) a
+    moment after it is written."""
+    deadline = time.monotonic() + within
+    body = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}
+    while True:
+        try:
+            api.apply({**body, "spec": spec}, manager)
+            return
+        except ApiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def bind_controller(api: Api) -> str:

@@ -1,4 +1,4 @@
-"""Prometheus metrics (names fixed by SPEC §10) and the /metrics, /healthz, /readyz server."""
+"""Prometheus metrics (their names are part of the interface: docs/operations.md lists them) and the /metrics, /healthz, /readyz server."""
 
 from __future__ import annotations
 

@@ -56,10 +56,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-from cluster_helpers import register_webhook  # noqa: E402
+from cluster_helpers import apply_config, register_webhook  # noqa: E402
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
-from headroom.core.planner import plan_cluster  # noqa: E402
 from headroom.core.quantity import cpu_milli  # noqa: E402
 from testbed import controlplane  # noqa: E402
 
@@ -163,24 +162,7 @@ def populate(
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         list(ex.map(make_node, names))
         list(ex.map(lambda p: api.post(f"/api/v1/namespaces/{NS}/pods", pod_body(*p)), pods))
-    # The crds need a moment to be served; the config is the last thing the subject needs.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            api.apply(
-                {
-                    "apiVersion": "kube-headroom.dev/v1alpha1",
-                    "kind": "HeadroomConfig",
-                    "metadata": {"name": "cluster"},
-                    "spec": spec,
-                },
-                "bench",
-            )
-            break
-        except ApiError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    apply_config(api, spec, "bench")  # the config is the last thing the subject needs
     return names
 
 
@@ -291,8 +273,8 @@ def all_running(api: Api, total: int) -> bool:
 
 
 def unconverged(api: Api) -> int:
-    snap = read_cluster(api)
-    plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=False)
+    """The pods the policy would still write (off target, outside the deadband)."""
+    plan = read_cluster(api).plan(pod_level_resize=False)
     return sum(1 for pp in plan.all_pods() if pp.target is not None and pp.target.apply)
 
 
@@ -505,6 +487,8 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     own = sum(1 for _, k in writes if k.startswith("resize churn-"))
     seeded = sum(1 for n in live if n in fleet.born_limited)
     at_least = fewest_resizes(api, before)
+    # A subject that stops early writes less: what it left off target counts against it.
+    left = unconverged(api)
     refused: dict[str, int] = {}
     for _, k in writes:
         if k.startswith("refused"):
@@ -518,6 +502,8 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
         "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
         "resizes_per_created": resizes / args.churn_pods,
         "fewest_per_created": at_least / args.churn_pods,
+        "over_floor": resizes / at_least if at_least else None,
+        "left_off_target": left,
         "drained_s": drained,
         "own_resizes": own,
         "neighbour_resizes": resizes - own,
@@ -545,7 +531,8 @@ def fewest_resizes(api: Api, before: dict[str, dict[str, str | None]]) -> int:
             )
             pod = replace(pod, containers=limits)
         pods.append(pod)
-    plan = plan_cluster(snap.nodes, pods, snap.namespaces, snap.resolver(), pod_level_resize=False)
+    snap.pods = pods
+    plan = snap.plan(pod_level_resize=False)
     return sum(1 for pp in plan.all_pods() if pp.target is not None and pp.target.apply)
 
 
@@ -579,7 +566,10 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
                 f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
                 f"{c['neighbour_resizes']} of neighbours; the fewest any controller needs to reach the final "
-                f"targets: {c['fewest_per_created']:.2f}), the last {c['drained_s']:.1f} s after the churn; "
+                f"targets: {c['fewest_per_created']:.2f}; resizes / that floor: "
+                f"{'-' if c['over_floor'] is None else format(c['over_floor'], '.2f')}; "
+                f"{c['left_off_target']} pods left off target), the last "
+                f"{c['drained_s']:.1f} s after the churn; "
                 f"refused: {c['refused'] or 'none'}; "
                 f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )

@@ -16,8 +16,8 @@ from factories import container
 from faultproxy import Rule
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
 from headroom.cluster.live import read_cluster
+from headroom.commands.output import explain
 from headroom.core.planner import ClusterPlan, plan_cluster
-from headroom.output import explain
 from testbed.sim_kubelet import SimulatedKubelet
 
 # The admission plugins' answers to a resize (LimitRanger, ResourceQuota) are the server's:
@@ -302,7 +302,7 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
         # `plan` shows the real limit of a released pod.
         plan = {pp.pod.key: pp for pp in live_plan(api).all_pods()}
         assert plan[f"{ns}/had-none"].target is None
-        from headroom.output import plan_table
+        from headroom.commands.output import plan_table
 
         row = next(line for line in plan_table(live_plan(api)).splitlines() if " had-none " in line)
         assert row.split()[5] == "2660m", row

@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
-from cluster_helpers import K8S_MINOR, K8S_VERSION
+from cluster_helpers import K8S_MINOR, K8S_VERSION, NEWEST_K8S
 from headroom.api import crds
 from headroom.core.quantity import cpu_milli
 from testbed.controlplane import ControlPlane, build
@@ -23,9 +24,12 @@ SNAPSHOT = ROOT / "examples" / "cluster-snapshot.yaml"
 SIDECAR_POD = "shop/api-55d-x"  # its log-shipper is a restartable init container
 
 
+@pytest.mark.version_sensitive  # a pod-level pod is managed from 1.36 on: the older releases run it too
 def test_demo_runs_the_controller_on_the_example_cluster():
+    # The real-node part runs on the newest release (the kubelet built here is that one's).
+    newest = K8S_VERSION == NEWEST_K8S
     r = subprocess.run(
-        [sys.executable, "-m", "testbed.demo", "--seconds", "40"],
+        [sys.executable, "-m", "testbed.demo", "--seconds", "40", *([] if newest else ["--no-real-node"])],
         capture_output=True,
         text=True,
         timeout=420,
@@ -51,6 +55,8 @@ def test_demo_runs_the_controller_on_the_example_cluster():
         assert "7 pod(s) changed" in r.stdout  # its neighbours share the node differently too
     assert "log-shipper=" in rows[SIDECAR_POD].split("  ")[-2]  # sidecars are shown with the app containers
     assert "Traceback" not in r.stderr and "WARNING" not in r.stderr
+    if not newest:
+        return
     # Then batch-1's pods on a real node of this machine (CI machines allow it: no skip).
     assert "real node: not run" not in r.stdout, r.stdout[-2000:]
     real = {n: rows[n].split() for n in ("build-a", "build-b", "build-c")}

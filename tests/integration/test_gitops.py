@@ -16,7 +16,7 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from argocd_health import CUSTOMIZATIONS, health
-from cluster_helpers import GROUP, cond, create_pod, profile, wait_for
+from cluster_helpers import GROUP, apply_config, cond, create_pod, profile, wait_for
 from factories import container
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError
 from testbed.controlplane import build
@@ -127,22 +127,7 @@ def _store_past_the_schema(api: Api, deadband: dict[str, float]) -> None:
     props["deadband"].pop("x-kubernetes-validations")
     api.request_json("PUT", CRD, crd)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                api.apply(
-                    {
-                        "apiVersion": "kube-headroom.dev/v1alpha1",
-                        "kind": "HeadroomConfig",
-                        "metadata": {"name": "cluster"},
-                        "spec": {"debouncePeriod": "6s", "deadband": deadband},
-                    },
-                    "headroom-tests",
-                )
-                break
-            except ApiError:  # the server applies a changed schema a moment later
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+        apply_config(api, {"debouncePeriod": "6s", "deadband": deadband}, within=10)
     finally:
         crd = api.get(CRD)
         crd["spec"]["versions"] = original

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import K8S_MINOR, K8S_VERSION, create_pod, wait_limits
+from cluster_helpers import K8S_MINOR, K8S_VERSION, create_pod, wait_for, wait_limits
 from factories import container
 from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
 from testbed.sim_kubelet import SimulatedKubelet
@@ -150,7 +150,9 @@ def test_plan_and_the_controller_agree_pod_by_pod_on_this_release(
         for node, tag in ((declaring, "d"), (plain, "p")):
             create_pod(api, namespace, node, f"app-{tag}", containers=[container(cpu="500m")])
             create_pod(api, namespace, node, f"podlevel-{tag}", containers=bare, pod_resources=res)
-        time.sleep(1.0)  # the kubelets start the pods
+        for tag in ("d", "p"):  # the kubelets have started the pods
+            for name in (f"app-{tag}", f"podlevel-{tag}"):
+                wait_for(api, pod_path(namespace, name), lambda p: (p.get("status") or {}).get("phase") == "Running")
         planned = {
             p["name"]: p
             for p in json.loads(headroom("plan", "-o", "json", "--kubeconfig", str(control_plane.kubeconfig())))["pods"]

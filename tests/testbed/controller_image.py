@@ -83,7 +83,7 @@ LEFT_OUT = (
 )
 SCRIPT = f"""#!{PYTHON}
 import sys
-from headroom.cli import main
+from headroom.commands.cli import main
 if __name__ == "__main__":
     sys.exit(main())
 """

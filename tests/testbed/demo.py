@@ -27,12 +27,11 @@ from headroom.api import crds
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
 from headroom.cluster.live import read_cluster
 from headroom.cluster.snapshot import read_objects
+from headroom.commands.output import table
 from headroom.core import keys
-from headroom.core.capabilities import pod_level_resize
-from headroom.core.planner import ClusterPlan, plan_cluster
+from headroom.core.planner import ClusterPlan
 from headroom.core.quantity import cpu_milli, format_milli
 from headroom.engine.controller import Controller, Options
-from headroom.output import table
 
 from .controlplane import ControlPlane, ControlPlaneError, build
 from .node import RealNode, build_node, busy_pod, running_containers, unavailable
@@ -72,15 +71,7 @@ def load(api: Api, items: list[dict[str, Any]]) -> None:
 
 
 def _plan(api: Api, version: tuple[int, int] | None) -> ClusterPlan:
-    snap = read_cluster(api)
-    return plan_cluster(
-        snap.nodes,
-        snap.pods,
-        snap.namespaces,
-        snap.resolver(),
-        pod_level_resize=pod_level_resize(snap.nodes, version),
-        neighbours=snap.neighbours,
-    )
+    return read_cluster(api).plan(version)
 
 
 def _limits(api: Api) -> dict[str, str]:
@@ -99,7 +90,7 @@ def _limits(api: Api) -> dict[str, str]:
     return out
 
 
-def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print) -> int:
+def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print, real_node: bool = True) -> int:
     logs.setup("text", "warning")
     items = [o for o in read_objects(snapshot) if isinstance(o, dict)]
     say("building kube-apiserver and etcd (cached after the first run) ...")
@@ -166,7 +157,8 @@ def run_demo(snapshot: Path, seconds: float, say: Callable[[str], None] = print)
         f"\n{changed} pod(s) changed (*); requests and memory untouched. The controller's writes are "
         f"CPU limits through pods/resize, field manager 'headroom'."
     )
-    real_node_demo(items, say)
+    if real_node:
+        real_node_demo(items, say)
     return 0
 
 
@@ -288,11 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     says), then the live part, which on a fresh machine first builds kube-apiserver and etcd."""
     import argparse
 
-    from headroom import cli
+    from headroom.commands import cli
 
     ap = argparse.ArgumentParser(prog="make demo", description=__doc__)
     ap.add_argument("--snapshot", default="examples/cluster-snapshot.yaml", metavar="FILE")
     ap.add_argument("--seconds", type=float, default=30.0, help="longest time to let the controller run")
+    ap.add_argument("--no-real-node", dest="real_node", action="store_false", help="only the simulated cluster")
     args = ap.parse_args(argv)
     print(f"What Headroom would do on {args.snapshot}, offline (headroom plan --snapshot {args.snapshot}):\n")
     code = cli.main(["plan", "--snapshot", args.snapshot])
@@ -300,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     print("\nNow live, on a real kube-apiserver and etcd of this machine:", flush=True)
     try:
-        return run_demo(Path(args.snapshot), args.seconds)
+        return run_demo(Path(args.snapshot), args.seconds, real_node=args.real_node)
     except (ControlPlaneError, ApiError) as exc:
         print(f"error: demo failed: {exc}", file=sys.stderr)
         return 2

@@ -402,9 +402,11 @@ def test_the_lane_survives_a_crashing_write_and_drops_everything_on_a_lost_lease
     lane.put(None, Item("after"))
     t = threading.Thread(target=lane.run, args=(writer, stop))
     t.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while lane.depth() and time.monotonic() < deadline:  # the lane has taken both items
+        time.sleep(0.01)
     stop.set()
-    t.join(5)
+    t.join(5)  # whatever it was sending is sent by now
     assert sent == [] and lane.depth() == 0  # the next leader recomputes; nothing stale is sent
 
 

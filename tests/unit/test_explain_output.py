@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime
 
 from factories import container, node, pod
-from headroom import output
 from headroom.cluster.prometheus import Throttling, changes
+from headroom.commands import output
 from headroom.core.params import Settings
 from headroom.core.planner import ClusterPlan, plan_node
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict

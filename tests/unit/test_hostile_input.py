@@ -276,7 +276,7 @@ HOSTILE_FILES = [
 
 
 def _run_cli(tmp_path: Path, data: bytes, capsys: Any) -> list[tuple[int, str]]:
-    from headroom import cli
+    from headroom.commands import cli
 
     f = tmp_path / "in.yaml"
     f.write_bytes(data)
@@ -388,7 +388,7 @@ def test_garbage_in_a_prometheus_answer_is_skipped_never_raised(result):
 
 def test_a_number_too_long_to_read_is_a_file_line_error(tmp_path, capsys):
     """Before: a ValueError traceback (Python's 4,300-digit integer-string limit)."""
-    from headroom import cli
+    from headroom.commands import cli
 
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -407,8 +407,8 @@ def test_a_number_too_long_to_read_is_a_file_line_error(tmp_path, capsys):
 def test_text_from_the_cluster_never_acts_on_the_terminal(tmp_path, capsys):
     """A label holding escape codes (clear the screen, retitle the terminal) or a bidi
     override is printed escaped by every command; before, it was printed raw."""
-    from headroom import cli
-    from headroom.output import printable
+    from headroom.commands import cli
+    from headroom.commands.output import printable
 
     assert printable("a\x1b[2J\x1b]0;pwned\x07b\u202e\n\t") == "a\\x1b[2J\\x1b]0;pwned\\x07b\\u202e\n\t"
     hostile = "\x1b]0;pwned\x07\x1b[2J"

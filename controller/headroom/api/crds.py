@@ -78,8 +78,17 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _ready(jsonpath: str = '.status.conditions[?(@.type=="Ready")].status') -> dict[str, Any]:
-    return {"name": "Ready", "type": "string", "jsonPath": jsonpath}
+def _col(name: str, kind: str, path: str, wide: bool = False) -> dict[str, Any]:
+    """A printer column; `wide`: shown only by `kubectl get -o wide`."""
+    col: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+    if wide:
+        col["priority"] = 1
+    return col
+
+
+def _cond(name: str, condition: str, field: str, wide: bool = False) -> dict[str, Any]:
+    """A printer column showing one field of one status condition."""
+    return _col(name, "string", f'.status.conditions[?(@.type=="{condition}")].{field}', wide)
 
 
 def _crd(
@@ -141,13 +150,13 @@ def _crd(
     }
 
 
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_AGE = _col("Age", "date", ".metadata.creationTimestamp")
 
 
 # An age in `kubectl get -o wide`: the leader renews it every minute, so more means no controller.
 # A default column, beside Ready: a controller that stopped cannot turn its own Ready
 # False, so the age of its last heartbeat (renewed every minute) is what shows it.
-_HEARTBEAT = {"name": "Heartbeat", "type": "date", "jsonPath": ".status.lastHeartbeatTime"}
+_HEARTBEAT = _col("Heartbeat", "date", ".status.lastHeartbeatTime")
 
 
 def definitions() -> dict[str, dict[str, Any]]:
@@ -159,26 +168,16 @@ def definitions() -> dict[str, dict[str, Any]]:
         HeadroomConfigSpec,
         HeadroomConfigStatus,
         [
-            _ready(),
+            _cond("Ready", "Ready", "status"),
             _HEARTBEAT,
-            {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
-            {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
-            {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
-            {"name": "At Target", "type": "integer", "jsonPath": ".status.podsAtTarget"},
+            _col("Mode", "string", ".status.mode"),
+            _col("Nodes", "integer", ".status.nodes"),
+            _col("Managed", "integer", ".status.managedPods"),
+            _col("At Target", "integer", ".status.podsAtTarget"),
             _AGE,
-            {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingResizes", "priority": 1},
-            {
-                "name": "Reason",
-                "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
-                "priority": 1,
-            },
-            {
-                "name": "Message",
-                "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
-                "priority": 1,
-            },
+            _col("Pending", "integer", ".status.pendingResizes", wide=True),
+            _cond("Reason", "Ready", "reason", wide=True),
+            _cond("Message", "Ready", "message", wide=True),
         ],
         "HeadroomConfig is the cluster-wide Headroom configuration; exactly one, named cluster.",
         spec_required=False,
@@ -196,34 +195,20 @@ def definitions() -> dict[str, dict[str, Any]]:
         NodePoolProfileSpec,
         NodePoolProfileStatus,
         [
-            _ready(),
+            _cond("Ready", "Ready", "status"),
             _HEARTBEAT,
-            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
-            {"name": "Nodes", "type": "integer", "jsonPath": ".status.matchedNodes"},
-            {"name": "Managed", "type": "integer", "jsonPath": ".status.managedPods"},
-            {"name": "Factor", "type": "string", "jsonPath": ".status.averageFactor"},
-            {"name": "Effective", "type": "string", "jsonPath": ".status.effectiveFactor"},
-            {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
+            _col("Priority", "integer", ".spec.priority"),
+            _col("Nodes", "integer", ".status.matchedNodes"),
+            _col("Managed", "integer", ".status.managedPods"),
+            _col("Factor", "string", ".status.averageFactor"),
+            _col("Effective", "string", ".status.effectiveFactor"),
+            _col("Mode", "string", ".status.mode"),
             # A profile that loses its nodes to another must read as a problem at a glance.
-            {
-                "name": "Conflict",
-                "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Conflict")].status',
-            },
+            _cond("Conflict", "Conflict", "status"),
             _AGE,
-            {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingResizes", "priority": 1},
-            {
-                "name": "Message",
-                "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Conflict")].message',
-                "priority": 1,
-            },
-            {
-                "name": "Ready Message",
-                "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
-                "priority": 1,
-            },
+            _col("Pending", "integer", ".status.pendingResizes", wide=True),
+            _cond("Message", "Conflict", "message", wide=True),
+            _cond("Ready Message", "Ready", "message", wide=True),
         ],
         "NodePoolProfile overrides Headroom settings for the nodes its selector picks.",
         spec_required=True,

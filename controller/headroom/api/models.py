@@ -2,7 +2,8 @@
 
 These classes are the source of truth: `crds/` is generated from them (`headroom crds`)
 and `headroom validate` checks GitOps files with them. Every rule the CRD enforces with
-CEL has a validator here with the same meaning, so both reject the same objects.
+CEL has a validator here with the same meaning, so both reject the same objects. Long because the API is: every field with its
+description, default and rule.
 """
 
 from __future__ import annotations

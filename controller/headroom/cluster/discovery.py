@@ -1,4 +1,4 @@
-"""What the cluster supports (SPEC §8), asked of the API server at start and on a timer."""
+"""What the cluster supports, asked of the API server at start and on a timer."""
 
 from __future__ import annotations
 

@@ -16,7 +16,9 @@ from ..api.resolve import Resolution, resolve
 from ..api.validate import load_documents, objects, read_text
 from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
+from ..core.capabilities import pod_level_resize as cluster_pod_level_resize
 from ..core.params import Resolver
+from ..core.planner import ClusterPlan, plan_cluster
 from ..core.records import Namespace, Node, Pod, RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 
 
@@ -40,6 +42,26 @@ class Snapshot:
 
     def resolver(self) -> Resolver:
         return self.resolution().resolver
+
+    def plan(
+        self,
+        version: tuple[int, int] | None = None,
+        resolver: Resolver | None = None,
+        pod_level_resize: bool | None = None,
+    ) -> ClusterPlan:
+        """What the controller would do with this state: `plan_cluster` on its records,
+        with pod-level resize decided as the controller decides it (the nodes' declared
+        features, else the server `version`) unless `pod_level_resize` says."""
+        if pod_level_resize is None:
+            pod_level_resize = cluster_pod_level_resize(self.nodes, version)
+        return plan_cluster(
+            self.nodes,
+            self.pods,
+            self.namespaces,
+            resolver or self.resolver(),
+            pod_level_resize=pod_level_resize,
+            neighbours=self.neighbours,
+        )
 
 
 class _LongNumber(ValueError):

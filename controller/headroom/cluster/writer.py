@@ -4,6 +4,7 @@ budget resizes leave; and the leadership fence and view gate every write passes.
 
 Each pod write returns an Outcome instead of raising, so one bad pod never stops the
 node's other pods; the reconciler decides what an outcome means (backoff, requeue, retry).
+One module because the lane, the fence and the gate guard the same writes.
 """
 
 from __future__ import annotations

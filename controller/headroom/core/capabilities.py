@@ -1,4 +1,4 @@
-"""What the cluster supports, decided from API data (SPEC §8). Pure: callers fetch."""
+"""What the cluster supports, decided from API data. Pure: callers fetch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Whether a pod is managed, and if not, the first reason why (SPEC §5, in its order)."""
+"""Whether a pod is managed, and if not, the first reason why (in the order docs/policy.md lists them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The proportional policy of SPEC §4: pure, deterministic, integer millicores.
+"""The proportional policy (docs/policy.md): pure, deterministic, integer millicores.
 
 One node at a time: the node's allocatable CPU, the booking of every pod on it, and the
 managed pods with their effective settings go in; a summary of the node and a target per
@@ -106,7 +106,7 @@ def _writes(current: int | None, target: int, grow: float, shrink: float) -> boo
 
 
 def outside_deadband(current: int | None, target: int, settings: Settings) -> bool:
-    """Whether a change from `current` to `target` is worth a write (SPEC §4 hysteresis)."""
+    """Whether a change from `current` to `target` is worth a write (the deadband)."""
     return _writes(current, target, settings.deadband_grow, settings.deadband_shrink)
 
 

@@ -4,6 +4,8 @@ dataclasses, for speed: see the note above `Pod`).
 The watch cache holds these instead of the client's model objects (about 66 KB per pod);
 only what eligibility and policy read is kept. Builders take the dict `json.loads` or
 `orjson.loads` returns for one object and raise `RecordError` naming the field on bad input.
+Long because a pod is: containers of three kinds, pod-level resources, the kubelet's
+applied resources and resize conditions, owners and QoS.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Reconcile one node: cache snapshot → eligibility and policy → writes → outcomes."""
+"""Reconcile one node: cache snapshot → eligibility and policy → writes → outcomes.
+
+Long because one pass is one concern with many edges, all decided here: resizes in write
+order under the node budget, in-flight writes, backoffs, dry runs, releases and restores,
+resizes the kubelet did not apply, status annotations, and the node's wave event."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
-"""The status Headroom writes back onto HeadroomConfig and every NodePoolProfile (SPEC §7).
+"""The status Headroom writes back onto HeadroomConfig and every NodePoolProfile.
 
 kstatus reads it as: `observedGeneration` behind → InProgress; `Reconciling=True` →
 InProgress; `Stalled=True` → Failed; otherwise Current. Argo CD reads the same conditions
 through `health.lua`. A spec change opens a *wave*: the nodes whose settings it changes;
 the object is Reconciling until every one of them has been recomputed since.
+
+Long because both kinds' conditions (Ready, Reconciling, Stalled, Conflict, Degraded),
+their waves and the pool counts are one concern: what `kubectl get` and a GitOps tool read.
 """
 
 from __future__ import annotations

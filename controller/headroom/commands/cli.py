@@ -1,4 +1,6 @@
-"""The `headroom` command (also installed as `kubectl-headroom`)."""
+"""The `headroom` command (also installed as `kubectl-headroom`): its arguments, one
+function per subcommand, and the printing guard every command runs behind. Long because
+the command line is one interface: each subcommand's flags and what it does with them."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, output
-from .api import crds
-from .api.validate import UnreadableFile, merge_problems, tie_warnings, validate_file
-from .cluster.snapshot import SnapshotError, load_snapshot
-from .core import keys
-from .core.capabilities import parse_version, pod_level_resize
-from .core.eligibility import namespace_managed, opt_in_near_miss
-from .core.planner import ClusterPlan, plan_cluster
+from .. import __version__
+from ..api import crds
+from ..api.validate import UnreadableFile, merge_problems, tie_warnings, validate_file
+from ..cluster.snapshot import SnapshotError, load_snapshot
+from ..core import keys
+from ..core.capabilities import parse_version
+from ..core.eligibility import namespace_managed, opt_in_near_miss
+from ..core.planner import ClusterPlan
+from . import output
 
 
 class UsageError(Exception):
@@ -32,9 +35,9 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
     if args.snapshot:
         snap = load_snapshot(Path(args.snapshot))
     else:
-        from .cluster.api import Api, ApiError, connect
-        from .cluster.discovery import discover
-        from .cluster.live import read_cluster
+        from ..cluster.api import Api, ApiError, connect
+        from ..cluster.discovery import discover
+        from ..cluster.live import read_cluster
 
         try:
             api = Api(connect(args.kubeconfig, args.context))
@@ -57,19 +60,12 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
         miss = None if namespace_managed(ns, resolver.base) else opt_in_near_miss(ns)
         if miss is not None:
             print(f"warning: {miss}", file=sys.stderr)
-    return plan_cluster(
-        snap.nodes,
-        snap.pods,
-        snap.namespaces,
-        resolver,
-        pod_level_resize=pod_level_resize(snap.nodes, version),
-        neighbours=snap.neighbours,
-    )
+    return snap.plan(version, resolver)
 
 
 def _window(args: argparse.Namespace) -> float:
     """--window in seconds; a usage error unless it is a positive duration."""
-    from .api.types import duration_seconds
+    from ..api.types import duration_seconds
 
     window = duration_seconds(args.window) if args.window else 0.0
     if window <= 0:
@@ -97,7 +93,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif args.output == "html":
         throttled = None
         if args.prometheus:
-            from .cluster.prometheus import Prometheus, PrometheusError, throttled_pods
+            from ..cluster.prometheus import Prometheus, PrometheusError, throttled_pods
 
             try:
                 throttled = throttled_pods(Prometheus(args.prometheus), _window(args))
@@ -130,7 +126,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not args.prometheus:
         print(output.PROMETHEUS_HINT)
         return 0
-    from .cluster.prometheus import Prometheus, PrometheusError, throttling
+    from ..cluster.prometheus import Prometheus, PrometheusError, throttling
 
     namespace, name = key.split("/", 1)
     try:
@@ -159,7 +155,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status = 1
     live, node_labels = None, None
     if args.live:
-        from .cluster.api import Api, ApiError, connect
+        from ..cluster.api import Api, ApiError, connect
 
         try:
             api = Api(connect(args.kubeconfig, args.context))
@@ -224,10 +220,10 @@ def _own_namespace() -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     import signal
 
-    from . import logs
-    from .cluster.api import Api, ApiError, connect
-    from .engine.controller import Controller, Options
-    from .webhook.host import UnsafeCertDir
+    from .. import logs
+    from ..cluster.api import Api, ApiError, connect
+    from ..engine.controller import Controller, Options
+    from ..webhook.host import UnsafeCertDir
 
     logs.setup(args.log_format, args.log_level)
     options = Options(
@@ -278,8 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .cluster.api import Api, ApiError, connect
-    from .cluster.doctor import FAIL, checks
+    from ..cluster.api import Api, ApiError, connect
+    from .doctor import FAIL, checks
 
     try:
         api = Api(connect(args.kubeconfig, args.context))
@@ -349,6 +345,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _bool_flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    """A boolean flag as Kubernetes components take it: `--flag`, `--flag=true|false`."""
+    p.add_argument(name, nargs="?", const=True, default=default, type=_flag_bool, metavar="true|false", help=help)
+
+
+def _kube_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    p.add_argument("--kubeconfig", help=f"{prefix}kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--context", help=f"{prefix}kubeconfig context")
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
@@ -356,8 +362,7 @@ def _snapshot_args(p: argparse.ArgumentParser) -> None:
         help="read a `kubectl get -o yaml|json` List or multi-document YAML of Nodes, Pods, "
         "Namespaces and the Headroom objects instead of a live cluster",
     )
-    p.add_argument("--kubeconfig", help="live cluster: kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="live cluster: kubeconfig context")
+    _kube_args(p, "live cluster: ")
     p.add_argument(
         "--kubernetes-version",
         metavar="V",
@@ -365,39 +370,26 @@ def _snapshot_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    # Invoked as the kubectl plugin, usage and errors say what the user typed.
-    prog = "kubectl headroom" if Path(sys.argv[0]).name.startswith("kubectl-headroom") else "headroom"
-    ap = argparse.ArgumentParser(prog=prog, description="CPU limits that follow each node's unbooked CPU.")
-    ap.add_argument("--version", action="version", version=f"headroom {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
-
+def _run_command(sub: Any) -> None:
     p = sub.add_parser("run", help="run the controller")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
+    _kube_args(p)
     p.add_argument("--workers", type=int, default=4, help="nodes reconciled in parallel (default 4)")
     p.add_argument("--identity", help="this replica's name in events and leases (default: hostname)")
-    p.add_argument(
+    _bool_flag(
+        p,
         "--status-annotation",
-        nargs="?",
-        const=True,
-        default=True,
-        type=_flag_bool,
-        metavar="true|false",
-        help="write the kube-headroom.dev/status annotation on managed pods (default true; false halves the "
+        True,
+        "write the kube-headroom.dev/status annotation on managed pods (default true; false halves the "
         "writes per changed pod on very large clusters)",
     )
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")
-    p.add_argument(
+    _bool_flag(
+        p,
         "--pod-metrics",
-        nargs="?",
-        const=True,
-        default=False,
-        type=_flag_bool,
-        metavar="true|false",
-        help="export headroom_pod_limit_cores and headroom_pod_applied_limit_cores, each one series per "
+        False,
+        "export headroom_pod_limit_cores and headroom_pod_applied_limit_cores, each one series per "
         "computed container of every managed pod (default false: four series per pod of two containers, "
         "600,000 at 150,000 pods; the kubelet's container_spec_cpu_quota already shows each container's "
         "applied limit)",
@@ -411,14 +403,11 @@ def parser() -> argparse.ArgumentParser:
         "applied than the spec's for longer than this (default 60)",
     )
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
-    p.add_argument(
+    _bool_flag(
+        p,
         "--leader-elect",
-        nargs="?",
-        const=True,
-        default=True,
-        type=_flag_bool,
-        metavar="true|false",
-        help="only the holder of the Lease writes (default true; --leader-elect=false or --no-leader-elect turns it off)",
+        True,
+        "only the holder of the Lease writes (default true; --leader-elect=false or --no-leader-elect turns it off)",
     )
     p.add_argument("--no-leader-elect", dest="leader_elect", action="store_false", help=argparse.SUPPRESS)
     p.add_argument("--lease-namespace", help="namespace of the Lease (default: the pod's own, else default)")
@@ -453,6 +442,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default 2)")
     p.set_defaults(func=cmd_run)
 
+
+def _plan_command(sub: Any) -> None:
     p = sub.add_parser("plan", help="what the controller would do, read-only")
     _snapshot_args(p)
     p.add_argument(
@@ -476,6 +467,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_plan)
 
+
+def _explain_command(sub: Any) -> None:
     p = sub.add_parser("explain", help="the arithmetic behind one pod's limit")
     p.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
     p.add_argument("-n", "--namespace", default="default")
@@ -489,9 +482,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_explain)
 
+
+def _doctor_command(sub: Any) -> None:
     p = sub.add_parser("doctor", help="preflight: what in this cluster would stop Headroom or surprise its users")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
+    _kube_args(p)
     p.add_argument(
         "--lease-namespace",
         help="where the controller's Lease lives (default: found from the chart's Deployment in any namespace, "
@@ -508,6 +502,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_doctor)
 
+
+def _validate_command(sub: Any) -> None:
     p = sub.add_parser(
         "validate",
         help="check HeadroomConfig/NodePoolProfile YAML offline (for GitOps CI), each object and "
@@ -519,10 +515,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the profiles against the cluster's HeadroomConfig when the files hold none",
     )
-    p.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    p.add_argument("--context", help="with --live: kubeconfig context")
+    _kube_args(p, "with --live: ")
     p.set_defaults(func=cmd_validate)
 
+
+def _completion_command(sub: Any) -> None:
     p = sub.add_parser(
         "completion",
         help="print a shell completion script: source <(headroom completion bash), or for zsh the same with zsh",
@@ -530,12 +527,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=cmd_completion)
 
+
+def _crds_command(sub: Any) -> None:
     p = sub.add_parser("crds", help="print, write or check the generated CRDs")
     p.add_argument("--dir", default="crds", help="directory of the CRD files (default: crds)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the CRDs into --dir")
     mode.add_argument("--check", action="store_true", help="exit 1 when --dir is stale")
     p.set_defaults(func=cmd_crds)
+
+
+def parser() -> argparse.ArgumentParser:
+    # Invoked as the kubectl plugin, usage and errors say what the user typed.
+    prog = "kubectl headroom" if Path(sys.argv[0]).name.startswith("kubectl-headroom") else "headroom"
+    ap = argparse.ArgumentParser(prog=prog, description="CPU limits that follow each node's unbooked CPU.")
+    ap.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _run_command(sub)
+    _plan_command(sub)
+    _explain_command(sub)
+    _doctor_command(sub)
+    _validate_command(sub)
+    _completion_command(sub)
+    _crds_command(sub)
     return ap
 
 

@@ -1,4 +1,6 @@
-"""How `headroom plan` and `headroom explain` print a plan: SPEC §13 JSON, or text."""
+"""How `headroom plan` and `headroom explain` print a plan: the JSON (and YAML) of
+`-o json`, the table, `-o wide`, the HTML page, and explain's text. Long because each
+format is part of the command's interface; they share the filters and the columns."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .core.eligibility import POOL_PAUSED
-from .core.planner import ClusterPlan, NodePlan, PodPlan, what_if
-from .core.quantity import format_milli
-from .core.records import INIT, applied_limits
-from .core.release import current_limit
+from ..core.eligibility import POOL_PAUSED
+from ..core.planner import ClusterPlan, NodePlan, PodPlan, what_if
+from ..core.quantity import format_milli
+from ..core.records import INIT, applied_limits
+from ..core.release import current_limit
 
 if TYPE_CHECKING:
-    from .cluster.prometheus import Throttling
+    from ..cluster.prometheus import Throttling
 
 
 # Characters a terminal acts on instead of showing: C0 and C1 controls but newline and tab

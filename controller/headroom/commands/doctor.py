@@ -1,4 +1,7 @@
-"""`headroom doctor`: what in this cluster would stop Headroom or surprise its users."""
+"""`headroom doctor`: what in this cluster would stop Headroom or surprise its users.
+
+Long because a preflight is a list of independent checks (API, RBAC, the controller and
+its Lease, the webhook end to end, configuration, neighbours), each a short function."""
 
 from __future__ import annotations
 
@@ -14,14 +17,13 @@ from typing import Any
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
+from ..cluster.api import Api, ApiError
+from ..cluster.certs import WEBHOOK_NAME
+from ..cluster.discovery import discover
+from ..cluster.live import read_cluster
 from ..core import keys
 from ..core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed, opt_in_near_miss
-from ..core.planner import plan_cluster
 from ..core.quantity import format_milli
-from .api import Api, ApiError
-from .certs import WEBHOOK_NAME
-from .discovery import discover
-from .live import read_cluster
 
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 
@@ -568,7 +570,7 @@ def checks(
                     f"{lr.key} caps CPU limits ({', '.join(caps)}): targets are clamped to it "
                     f"('decided by: LimitRange {lr.key}')",
                 )
-    plan = plan_cluster(snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True, neighbours=n)
+    plan = snap.plan(pod_level_resize=True)
     left: dict[str, list[str]] = {}
     for pp in plan.all_pods():
         if pp.reason in (VPA_CONTROLS_LIMITS, LIMIT_RANGE_CONFLICT):
