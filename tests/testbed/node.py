@@ -205,6 +205,9 @@ class RealNode:
     # Pods reach Services: the bridge is their gateway and kube-proxy (nftables mode) runs.
     # The control plane's `pod_gateway` must be this node's `gateway`.
     service_network: bool = False
+    # The host reaches the pods' IPs (the bridge gets the gateway address, and so a route to
+    # the subnet), without Services: the latency benchmark's load comes from the host.
+    host_reaches_pods: bool = False
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-node-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by name, in start order
     _counted: bool = False  # counted in _nodes_running
@@ -244,6 +247,7 @@ class RealNode:
         if self.service_network:
             for family in ("ip", "ip6"):
                 host.note("nft", [family, "kube-proxy"])
+        if self.service_network or self.host_reaches_pods:
             # The bridge and its gateway address exist before the kubelet starts, so the
             # gateway can be its --node-ip: a loopback node IP fails the kubelet's check,
             # leaving the Node without addresses and kube-proxy waiting 30 s for one. The
@@ -481,7 +485,7 @@ state = "{w / "state"}"
             f"--root-dir={self.workdir / 'kubelet' / 'root'}",
             f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
             f"--hostname-override={self.name}",
-            f"--node-ip={self.gateway if self.service_network else '127.0.0.1'}",
+            f"--node-ip={self.gateway if self.service_network or self.host_reaches_pods else '127.0.0.1'}",
             "--v=2",
         ]
         if self.labels:

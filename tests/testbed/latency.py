@@ -1,0 +1,229 @@
+"""The latency comparison on a real node: a service's tail latency, and a runaway's reach,
+under tight static CPU limits, no CPU limits, and Headroom.
+
+The service (`tests/latency/cmd/svc`, a static Go binary in an OCI image made here) spends
+a fixed CPU cost per request. The load generator (`tests/latency/cmd/loadgen`) runs on the
+host, outside the pods' cgroups, sends at a constant rate and measures each latency from
+the request's intended send time (open loop). Each pod's CPU use and throttling come from
+its container's cgroup, the limits in force from the pod and the cgroup.
+
+Used by tests/bench/bench_latency.py (the table) and the real-cluster test that holds what
+cannot flake.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headroom.cluster.api import Api, ApiError
+from headroom.core import keys
+from headroom.core.quantity import cpu_milli
+
+from .controlplane import build_quietly
+from .images import Entry, write_image
+from .node import CpuCounters, RealNode, busy_pod, running_containers
+
+SVC_IMAGE = "headroom.local/latency-svc:1"
+STATIC, NONE, HEADROOM = "static", "no limits", "Headroom"
+POLICIES = (STATIC, NONE, HEADROOM)
+PERIOD_S = 0.1  # the kubelet's CFS period
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs: never through a proxy
+
+# The pods, the same in every scenario: (name, request, static limit, spinning threads).
+SERVICE = ("svc", "250m", "500m", 0)
+BATCH = ("batch", "250m", "500m", 2)
+RUNAWAY = ("runaway", "100m", "200m", 4)
+
+
+def build_latency() -> Path:
+    """Build (or reuse) svc and loadgen; the directory holding them."""
+    return build_quietly("latency", "the latency service and load generator")
+
+
+def import_service_image(node: RealNode, bins: Path) -> None:
+    archive = node.workdir / "latency-svc.tar"
+    write_image(archive, SVC_IMAGE, [Entry("svc", source=bins / "svc")], ["/svc"])
+    node.import_image(archive)
+
+
+def calibrate(bins: Path, cost_ms: float) -> int:
+    """The SHA-256 rounds that take `cost_ms` on this machine, unthrottled (the median of three)."""
+    runs = sorted(
+        int(
+            subprocess.run(
+                [str(bins / "svc"), "-calibrate", f"{cost_ms}ms"], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(3)
+    )
+    return runs[1]
+
+
+def _spinner(name: str, node: str, request: str, limit: str | None, threads: int) -> dict[str, Any]:
+    pod = busy_pod(name, node, request, limit)
+    loops = " ".join("(while :; do :; done) &" for _ in range(threads))
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", f"{loops} wait"]
+    return pod
+
+
+def _service(node: str, request: str, limit: str | None, rounds: int) -> dict[str, Any]:
+    pod = busy_pod(SERVICE[0], node, request, limit, image=SVC_IMAGE)
+    c = pod["spec"]["containers"][0]
+    c["command"] = ["/svc", "-addr", ":8080", "-hashes", str(rounds)]
+    return pod
+
+
+@dataclass
+class PodFigures:
+    limit: str  # the CPU limit in the pod's spec ("none")
+    quota_us: int  # the container's cpu.cfs_quota_us (-1: none)
+    cores: float  # CPU used over the window
+    throttled: float  # share of CFS periods throttled
+    cpu_s: float  # CPU seconds used in the window
+    window_s: float  # the window, between the two cgroup readings
+
+
+@dataclass
+class Run:
+    policy: str
+    runaway: bool
+    load: float  # share of what the service serves with one whole CPU
+    rate: float  # requests per second
+    latency: dict[str, Any]  # loadgen's JSON
+    pods: dict[str, PodFigures] = field(default_factory=dict)
+    gomaxprocs: int = 0
+
+
+class Scenarios:
+    """The pods of one scenario on one real node, and the runs against them. The controller
+    (for Headroom) is the caller's: `headroom` says when it has written every limit."""
+
+    def __init__(self, api: Api, node: RealNode, bins: Path, rounds: int, say: Callable[[str], None] = print) -> None:
+        self.api, self.node, self.bins, self.rounds, self.say = api, node, bins, rounds, say
+        self._serial = 0
+
+    def setup(self, policy: str, runaway: bool) -> tuple[str, dict[str, str]]:
+        """A fresh namespace with the scenario's pods running (for Headroom: opted in, and
+        every limit Headroom wrote in force in the cgroups); (namespace, name → container ID)."""
+        self._serial += 1
+        ns = f"lat-{self._serial}"
+        labels = {keys.MODE_KEY: "managed"} if policy == HEADROOM else {}
+        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}, "latency")
+        static = policy != NONE
+        pods = [_service(self.node.name, SERVICE[1], SERVICE[2] if static else None, self.rounds)]
+        for name, request, limit, threads in (BATCH, RUNAWAY) if runaway else (BATCH,):
+            pods.append(_spinner(name, self.node.name, request, limit if static else None, threads))
+        for pod in pods:
+            self.api.post(f"/api/v1/namespaces/{ns}/pods", pod)
+        ids = running_containers(self.api, ns, [p["metadata"]["name"] for p in pods])
+        self._wait_ready(ns)
+        if policy == HEADROOM:
+            self._wait_headroom(ns, ids)
+        return ns, ids
+
+    def teardown(self, ns: str) -> None:
+        self.api.delete(f"/api/v1/namespaces/{ns}")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                self.api.get(f"/api/v1/namespaces/{ns}")
+            except ApiError as exc:
+                if exc.status == 404:
+                    return
+                raise
+            time.sleep(0.5)
+
+    def _wait_ready(self, ns: str, timeout: float = 60) -> None:
+        """Until the service answers its health check from the host, where the load comes from."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with _DIRECT.open(self._url(ns, "/healthz"), timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (OSError, KeyError) as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{ns}/svc does not answer from the host: {exc}") from None
+            time.sleep(0.2)
+
+    def _wait_headroom(self, ns: str, ids: dict[str, str], timeout: float = 60) -> None:
+        """Until Headroom has raised every pod's limit and each cgroup holds it."""
+        deadline = time.monotonic() + timeout
+        statics = {SERVICE[0]: SERVICE[2], BATCH[0]: BATCH[2], RUNAWAY[0]: RUNAWAY[2]}
+        while True:
+            done = True
+            for name, cid in ids.items():
+                limit = self.limit(ns, name)
+                counters = self.node.counters(cid)
+                if limit in ("none", statics[name]) or counters is None or counters.quota_us != cpu_milli(limit) * 100:
+                    done = False
+            if done:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{ns}: Headroom did not raise every limit: {[self.limit(ns, n) for n in ids]}")
+            time.sleep(0.2)
+
+    def limit(self, ns: str, name: str) -> str:
+        pod = self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        return str(((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("cpu", "none"))
+
+    def _url(self, ns: str, path: str = "/") -> str:
+        ip = self.api.get(f"/api/v1/namespaces/{ns}/pods/{SERVICE[0]}")["status"].get("podIP")
+        if not ip:
+            raise KeyError(f"{ns}/{SERVICE[0]} has no pod IP yet")
+        return f"http://{ip}:8080{path}"
+
+    def gomaxprocs(self, ns: str) -> int:
+        with _DIRECT.open(self._url(ns, "/gomaxprocs"), timeout=5) as r:
+            return int(r.read().decode().strip())
+
+    def load(self, ns: str, rate: float, seconds: float, timeout: str = "2s") -> dict[str, Any]:
+        r = subprocess.run(
+            [
+                str(self.bins / "loadgen"),
+                "-url",
+                self._url(ns),
+                "-rate",
+                str(rate),
+                "-duration",
+                f"{seconds}s",
+                "-timeout",
+                timeout,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=seconds + 60,
+        )
+        return dict(json.loads(r.stdout))
+
+    def run(
+        self, ns: str, ids: dict[str, str], policy: str, runaway: bool, load: float, rate: float, seconds: float
+    ) -> Run:
+        """A short warm-up at the rate, then the measured window: latency from the load
+        generator, CPU and throttling from each container's cgroup over the same window."""
+        self.load(ns, rate, 1.0)
+        before: dict[str, CpuCounters | None] = {n: self.node.counters(c) for n, c in ids.items()}
+        latency = self.load(ns, rate, seconds)
+        run = Run(policy, runaway, load, rate, latency, gomaxprocs=self.gomaxprocs(ns))
+        for name, cid in ids.items():
+            end, begin = self.node.counters(cid), before[name]
+            if end is None or begin is None:
+                raise RuntimeError(f"{ns}/{name}: its container went away during the run")
+            share, _, cores = end.since(begin)
+            window = end.at - begin.at
+            run.pods[name] = PodFigures(self.limit(ns, name), end.quota_us, cores, share, cores * window, window)
+        return run
+
+
+def limit_allows(p: PodFigures) -> float:
+    """The most CPU seconds a container's CFS quota lets it use over its window: the limit
+    times the window, plus one period at each end (the readings fall inside periods)."""
+    return cpu_milli(p.limit) / 1000 * (p.window_s + 2 * PERIOD_S)
