@@ -209,10 +209,11 @@ class Scenarios:
     ) -> Run:
         """A short warm-up at the rate, then the measured window: latency from the load
         generator, CPU and throttling from each container's cgroup over the same window."""
+        procs = self.gomaxprocs(ns)  # before any load: under overload it would queue
         self.load(ns, rate, 1.0)
         before: dict[str, CpuCounters | None] = {n: self.node.counters(c) for n, c in ids.items()}
         latency = self.load(ns, rate, seconds)
-        run = Run(policy, runaway, load, rate, latency, gomaxprocs=self.gomaxprocs(ns))
+        run = Run(policy, runaway, load, rate, latency, gomaxprocs=procs)
         for name, cid in ids.items():
             end, begin = self.node.counters(cid), before[name]
             if end is None or begin is None:

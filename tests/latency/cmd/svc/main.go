@@ -2,7 +2,8 @@
 // the same fixed CPU work (-hashes rounds of SHA-256 over 4 KiB), so a request's latency is
 // its work plus whatever the CPU limit and the neighbours add. /healthz answers at once;
 // /gomaxprocs says what the Go runtime runs with. -calibrate D prints how many rounds take
-// D on this machine, unthrottled, and exits.
+// D on this machine, unthrottled, and exits. A request whose client has gone (timed out
+// while it queued) is dropped before its work, as a server honouring cancellation does.
 package main
 
 import (
@@ -52,6 +53,9 @@ func main() {
 	}
 	rounds := *hashes
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Err() != nil { // the client gave up while the request queued: no work for nobody
+			return
+		}
 		sum := work(rounds)
 		fmt.Fprintf(w, "%x\n", sum[:4])
 	})
