@@ -71,6 +71,20 @@ def test_demo_runs_the_controller_on_the_example_cluster():
     # What the raised limits let the busy pods use depends on what else this machine runs
     # (0.68 -> 0.73 cores beside a Go build on both cores; about 0.6 -> 1.6 alone): printed, not bounded.
     print(f"\ndemo's real node: the busy pods used {used_before:.2f} -> {used_after:.2f} cores")
+    # The short latency comparison: the limits in force under each policy (the latencies
+    # are printed, not bounded: they depend on what else this machine runs).
+    limits = {
+        line[:11].strip(): line[11:].split()[0]
+        for line in r.stdout.splitlines()
+        if line.startswith(("static ", "no limits ", "Headroom "))
+    }
+    assert limits["static"] == "500m" and limits["no limits"] == "none", limits
+    assert cpu_milli(limits["Headroom"]) > 500, limits  # raised in place
+    print(
+        "\n".join(
+            line for line in r.stdout.splitlines() if line.startswith(("POLICY", "static ", "no limits ", "Headroom "))
+        )
+    )
 
 
 def test_live_plan_equals_the_offline_plan_of_the_same_cluster(tmp_path):

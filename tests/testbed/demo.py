@@ -34,6 +34,7 @@ from headroom.core.quantity import cpu_milli, format_milli
 from headroom.engine.controller import Controller, Options
 
 from .controlplane import ControlPlane, ControlPlaneError, build
+from .latency import POLICIES, Run, Scenarios, build_latency, calibrate, import_service_image
 from .node import RealNode, build_node, busy_pod, running_containers, unavailable
 from .sim_kubelet import SimulatedKubelet
 
@@ -187,8 +188,9 @@ def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = pri
         return False
     say(f"\nreal node: {EXAMPLE_NODE}'s pods as busy pods on a real kubelet here (containerd, runc, cgroups) ...")
     cp = ControlPlane(build(), components_dir=bins)
-    node = RealNode(cp, bins)
+    node = RealNode(cp, bins, host_reaches_pods=True)  # the latency part's load comes from the host
     controller: Controller | None = None
+    latency: list[Run] = []
     try:
         cp.start()
         node.start()
@@ -219,6 +221,7 @@ def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = pri
         while time.monotonic() < deadline and not _raised(api, node, ids, before):
             time.sleep(0.2)
         after = _measure(api, node, ids, window)
+        latency = _latency(api, node)
     finally:
         if controller is not None:
             controller.shutdown()
@@ -243,7 +246,51 @@ def real_node_demo(items: list[dict[str, Any]], say: Callable[[str], None] = pri
         f"{format_milli(example)}; each pod spins one thread. Measured from the containers' cgroups over "
         f"{window:.0f} s before and after Headroom (quota in µs per 100 ms period)."
     )
+    if latency:
+        rows = [["POLICY", "SVC LIMIT", "P50 MS", "P99 MS", "ERRORS", "SVC THROTTLED", "BATCH CORES"]]
+        for r in latency:
+            svc = r.pods["svc"]
+            lat = r.latency
+            rows.append(
+                [
+                    r.policy,
+                    svc.limit,
+                    f"{lat['p50_ms']:.1f}",
+                    f"{lat['p99_ms']:.1f}",
+                    f"{lat['errors']}/{lat['sent']}",
+                    f"{svc.throttled:.0%}",
+                    f"{r.pods['batch'].cores:.2f}",
+                ]
+            )
+        say(
+            f"\nA Go service (request 250m, static limit 500m, 2 ms of CPU per request) beside a batch pod "
+            f"spinning two threads (250m / 500m), {LATENCY_SECONDS:.0f} s at {LATENCY_RATE:.0f} requests/s "
+            f"(80 % of one CPU), open loop from the host:\n\n{table(rows)}\n\nThe full comparison, "
+            f"repeated, with a runaway pod: python tests/bench/bench_latency.py (docs/performance.md)."
+        )
     return True
+
+
+LATENCY_RATE, LATENCY_SECONDS = 400.0, 3.0
+
+
+def _latency(api: Api, node: RealNode) -> list[Run]:
+    """A short latency comparison on the same node: static limits, no limits, Headroom (the
+    controller is running). The example's pods go first, so only these pods share the node."""
+    api.delete(f"/api/v1/namespaces/{DEMO_NS}")
+    while any(p["metadata"]["namespace"] == DEMO_NS for p in api.get("/api/v1/pods")["items"]):
+        time.sleep(0.3)
+    bins = build_latency()
+    import_service_image(node, bins)
+    scenarios = Scenarios(api, node, bins, calibrate(bins, 2.0))
+    runs = []
+    for policy in POLICIES:
+        ns, ids = scenarios.setup(policy, runaway=False)
+        try:
+            runs.append(scenarios.run(ns, ids, policy, False, 0.8, LATENCY_RATE, LATENCY_SECONDS))
+        finally:
+            scenarios.teardown(ns)
+    return runs
 
 
 def _limit(api: Api, name: str) -> str:

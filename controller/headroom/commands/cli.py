@@ -355,6 +355,11 @@ def _kube_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument("--context", help=f"{prefix}kubeconfig context")
 
 
+def _prometheus_args(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--prometheus", metavar="URL", help=help)
+    p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
+
+
 def _snapshot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snapshot",
@@ -459,12 +464,9 @@ def _plan_command(sub: Any) -> None:
     p.add_argument("-n", "--namespace", help="only pods in this namespace")
     p.add_argument("--reason", help="only pods with this reason (Managed, PoolPaused, BackingOff, ...)")
     p.add_argument("--only-changes", action="store_true", help="only pods the controller would write")
-    p.add_argument(
-        "--prometheus",
-        metavar="URL",
-        help="with -o html: mark the pods a Prometheus scraping the kubelets' /metrics/cadvisor saw throttled",
+    _prometheus_args(
+        p, "with -o html: mark the pods a Prometheus scraping the kubelets' /metrics/cadvisor saw throttled"
     )
-    p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -473,13 +475,11 @@ def _explain_command(sub: Any) -> None:
     p.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
     p.add_argument("-n", "--namespace", default="default")
     _snapshot_args(p)
-    p.add_argument(
-        "--prometheus",
-        metavar="URL",
-        help="a Prometheus that scrapes the kubelets' /metrics/cadvisor: adds the pod's measured throttling, "
+    _prometheus_args(
+        p,
+        "a Prometheus that scrapes the kubelets' /metrics/cadvisor: adds the pod's measured throttling, "
         "who books its node and what other requests would give",
     )
-    p.add_argument("--window", default="1h", help="how far back --prometheus looks (default 1h)")
     p.set_defaults(func=cmd_explain)
 
 
