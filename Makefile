@@ -60,12 +60,18 @@ NODE_FILES := /usr/sbin/runc /usr/lib/cni/bridge /bin/busybox
 $(NODE_FILES):
 	apt-get install -y -qq $(NODE_DEBS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(NODE_DEBS) >/dev/null; }
 
+# Argo CD's application controller keeps its cache in Redis: Debian's server, started by the
+# tests on loopback (tests/testbed/argocd.py), never as a service.
+REDIS := /usr/bin/redis-server
+$(REDIS):
+	apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+
 # mmdebstrap unpacks Debian's Python for the controller image (no container engine needed).
 MMDEBSTRAP := /usr/bin/mmdebstrap
 $(MMDEBSTRAP):
 	apt-get install -y -qq mmdebstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mmdebstrap >/dev/null; }
 
-tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP)
+tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP) $(REDIS)
 
 # The controller image as an OCI archive (import it with `ctr images import`, or push it
 # with skopeo/crane); the Dockerfile describes the same image for those with Docker.
@@ -82,6 +88,7 @@ test: lint tools
 	tests/testenv/build.sh >/dev/null
 	tests/realnode/build.sh >/dev/null
 	tests/flux/build.sh >/dev/null
+	tests/argocd/build.sh >/dev/null
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) -m version_sensitive tests/integration || exit 1; done
@@ -91,6 +98,7 @@ test-matrix: lint tools
 	tests/testenv/build.sh >/dev/null
 	tests/realnode/build.sh >/dev/null
 	tests/flux/build.sh >/dev/null
+	tests/argocd/build.sh >/dev/null
 	$(PYTEST)
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v tests/testenv/build.sh >/dev/null || exit 1; done
 	for v in $(OLDER_K8S); do HEADROOM_K8S_VERSION=$$v $(PYTEST) tests/integration || exit 1; done

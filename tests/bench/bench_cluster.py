@@ -6,9 +6,10 @@
     python tests/bench/bench_cluster.py --nodes 100 --no-churn --static-limits   # pods that have limits
 
 Real parts: kube-apiserver and etcd built by tests/testenv/build.sh, with an audit log that
-records every write of the subject's identity. A simulated fleet kubelet (one watch in
-this process, writing as an admin the audit policy leaves out) starts pods and actuates
-resizes into their status, as a kubelet's status manager does.
+records every write of the subject's identity. The simulated kubelet (testbed.sim_kubelet's
+SimulatedFleet: one watch in this process for every node, writing as an admin the audit
+policy leaves out, the same answers the integration tests hold to a real kubelet's) starts
+pods and actuates resizes into their status.
 
 Each subject gets a fresh control plane with the same cluster: N Ready nodes of 32 CPU, 30
 pods each without CPU limits (requests 50m-1 CPU; with `--static-limits`, a limit of twice
@@ -18,16 +19,21 @@ HeadroomConfig defaults (clientQPS 50, perNodePatchesPerSecond 10, debounce 2 s)
 - `headroom`: the real `headroom run` process (its default workers, as the chart runs it).
 - `headroom-no-annotation`: the same with `--status-annotation=false`.
 - `naive`: what a Python team would write instead: the official `kubernetes` client,
-  one watch, and for every pod event that pod's target (the same policy code, so both
-  aim at the same limits) patched at once; no debounce, no node batching, no rate limit.
+  one watch, pods indexed by node, and for every pod event that pod's target (the same
+  policy code, so both aim at the same limits) patched at once; no debounce, no node
+  batching, no rate limit.
 
 Printed per subject: time until every pod has its target (from the subject's start; and
 from its first write, against pods / clientQPS), writes by kind from the audit log and
 per changed pod, peak RSS and CPU seconds of the subject's process. With churn (after
-convergence): pods created at `--churn-rate`/s on random nodes, every fifth deleted
-again, then p50/p99 from a pod's creation to its limit, pods without a limit 10 s after
-the churn, and resizes per created pod, counted until the subject has written nothing for
-5 s (at most `--settle`). Nothing is asserted; figures go to stdout.
+convergence), one phase per `--churn-rates` entry: pods created at that rate on random
+nodes, every fifth an earlier one deleted again; then p50/p99 from a pod's creation to
+its limit and from each scheduling event until its node's last resize before the next
+event on it, pods without a limit 10 s after, and resizes counted until the subject has
+written nothing for 5 s (at most `--settle`): per created pod and over the fewest that
+reach the final targets, with the pods the subject left off target and by how much (a
+subject that stops early writes less, and that shows here). Nothing is asserted; figures
+go to stdout.
 """
 
 from __future__ import annotations
@@ -43,13 +49,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,10 +61,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 from cluster_helpers import apply_config, register_webhook  # noqa: E402
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path  # noqa: E402
+from headroom.cluster.api import MERGE_PATCH, Api, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.quantity import cpu_milli  # noqa: E402
 from testbed import controlplane  # noqa: E402
+from testbed.sim_kubelet import SimulatedFleet  # noqa: E402
 
 SUBJECT_TOKEN = "headroom-test-controller-token"  # user headroom-controller, bound to cluster-admin here
 SUBJECT_USER = "headroom-controller"
@@ -166,105 +171,25 @@ def populate(
     return names
 
 
-class FleetKubelet:
-    """Every node's kubelet in one watch: starts pods, actuates resizes into status, and
-    notes when each pod first shows a CPU limit."""
+class Arrivals:
+    """When each pod was created and first showed a CPU limit, from the simulated
+    kubelet's watch (its `observe`)."""
 
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.stop = threading.Event()
+    def __init__(self) -> None:
         self.limited_at: dict[str, float] = {}  # pod name -> first time it had a CPU limit
         self.born_limited: set[str] = set()  # pods whose first event already had one (the webhook)
         self.seen: set[str] = set()
         self.created_at: dict[str, float] = {}
-        self._q: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-        self.threads = [threading.Thread(target=self._watch, daemon=True)] + [
-            threading.Thread(target=self._work, daemon=True) for _ in range(4)
-        ]
 
-    def start(self) -> FleetKubelet:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def _watch(self) -> None:
-        rv = None
-        path = f"/api/v1/namespaces/{NS}/pods"
-        while not self.stop.is_set():
-            try:
-                if rv is None:
-                    listed = self.api.get(path)
-                    rv = listed["metadata"]["resourceVersion"]
-                    for p in listed["items"]:
-                        self._seen(p)
-                for line in self.api.watch(path, rv, timeout_seconds=60, read_timeout=90):
-                    event = orjson.loads(line)
-                    kind, obj = event["type"], event["object"]
-                    if kind == "BOOKMARK":
-                        rv = obj["metadata"]["resourceVersion"]
-                        continue
-                    if kind == "ERROR":
-                        rv = None
-                        break
-                    rv = obj["metadata"]["resourceVersion"]
-                    if kind != "DELETED":
-                        self._seen(obj)
-                    if self.stop.is_set():
-                        return
-            except ApiError:
-                rv = None
-                time.sleep(0.5)
-
-    def _seen(self, pod: dict[str, Any]) -> None:
+    def __call__(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
-        ctr = pod["spec"]["containers"][0]
-        limited = "cpu" in ((ctr.get("resources") or {}).get("limits") or {})
+        limited = "cpu" in ((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {})
         if name not in self.seen:
             self.seen.add(name)
             if limited:
                 self.born_limited.add(name)  # its first event has a limit: set at admission
         if limited and name not in self.limited_at:
             self.limited_at[name] = time.monotonic()
-        st = (pod.get("status") or {}).get("containerStatuses") or []
-        running = st[0].get("resources") if st else None
-        if not st or running != ctr.get("resources"):
-            with self._cond:
-                self._q.append(pod)
-                self._cond.notify()
-
-    def _work(self) -> None:
-        while not self.stop.is_set():
-            with self._cond:
-                while not self._q and not self.stop.is_set():
-                    self._cond.wait(0.5)
-                if not self._q:
-                    continue
-                pod = self._q.pop(0)
-            meta, ctr = pod["metadata"], pod["spec"]["containers"][0]
-            status = {
-                "phase": "Running",
-                "qosClass": "Burstable",
-                "containerStatuses": [
-                    {
-                        "name": "app",
-                        "image": ctr["image"],
-                        "imageID": "",
-                        "ready": True,
-                        "restartCount": 0,
-                        "started": True,
-                        "state": {"running": {"startedAt": "2026-11-29T00:00:00Z"}},
-                        "allocatedResources": (ctr.get("resources") or {}).get("requests", {}),
-                        "resources": ctr.get("resources"),
-                    }
-                ],
-            }
-            with contextlib.suppress(ApiError):  # changed (409) or deleted: the watch brings the newer pod
-                self.api.patch(
-                    pod_path(NS, meta["name"], "status"),
-                    {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status},
-                    MERGE_PATCH,
-                )
 
 
 def all_running(api: Api, total: int) -> bool:
@@ -274,8 +199,15 @@ def all_running(api: Api, total: int) -> bool:
 
 def unconverged(api: Api) -> int:
     """The pods the policy would still write (off target, outside the deadband)."""
+    return off_target(api)[0]
+
+
+def off_target(api: Api) -> tuple[int, int]:
+    """(pods the policy would still write, the CPU millicores their limits are off by)."""
     plan = read_cluster(api).plan(pod_level_resize=False)
-    return sum(1 for pp in plan.all_pods() if pp.target is not None and pp.target.apply)
+    off = [pp.target for pp in plan.all_pods() if pp.target is not None and pp.target.apply]
+    milli = sum(abs(c.target - (c.current or 0)) for t in off for c in t.containers)
+    return len(off), milli
 
 
 def audit(workdir: Path, names: bool = False) -> list[tuple[float, str]]:
@@ -344,7 +276,8 @@ def naive_operator(kubeconfig: str) -> None:
     plain = client.sanitize_for_serialization
     nodes = {n.metadata.name: node_from_dict(plain(n)) for n in v1.list_node().items}
     namespaces = {n.metadata.name: namespace_from_dict(plain(n)) for n in v1.list_namespace().items}
-    pods: dict[str, Any] = {}
+    by_node: dict[str, dict[str, Any]] = {}  # node -> pod key -> record: an event costs its node only
+    node_of: dict[str, str] = {}
     settings = Settings()
     rv = None
     while True:
@@ -356,15 +289,18 @@ def naive_operator(kubeconfig: str) -> None:
             rv = obj.metadata.resource_version
             key = f"{obj.metadata.namespace}/{obj.metadata.name}"
             if ev["type"] == "DELETED":
-                pods.pop(key, None)
+                by_node.get(node_of.pop(key, ""), {}).pop(key, None)
                 continue
             rec = pod_from_dict(plain(obj))
-            pods[key] = rec
             node = nodes.get(rec.node_name or "")
             if node is None:
                 continue
-            on_node = [p for p in pods.values() if p.node_name == node.name]
-            plan = plan_node(node, on_node, namespaces, settings, pod_level_resize=False, backing_off=frozenset())
+            node_of[key] = node.name
+            on_node = by_node.setdefault(node.name, {})
+            on_node[key] = rec
+            plan = plan_node(
+                node, list(on_node.values()), namespaces, settings, pod_level_resize=False, backing_off=frozenset()
+            )
             mine = next(pp for pp in plan.pods if pp.pod.key == key)
             t = mine.target
             if t is None or not t.apply:
@@ -387,7 +323,8 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
     rng = random.Random(11)
     try:
         populate(api, args.nodes, args.pods_per_node, rng, json.loads(args.spec), args.static_limits)
-        fleet = FleetKubelet(api).start()
+        arrivals = Arrivals()
+        fleet = SimulatedFleet(api, NS, observe=arrivals).start()
         total = args.nodes * args.pods_per_node
         while not all_running(api, total):  # the subject starts on a settled cluster
             time.sleep(0.5)
@@ -439,23 +376,39 @@ def run_subject(subject: str, args: argparse.Namespace, workdir: Path) -> dict[s
             if webhook:
                 register_webhook(api, "headroom-bench", port, cp.ca_file.read_bytes())
                 time.sleep(2.0)  # the API server picks the configuration up
-            out["churn"] = churn(api, fleet, args, workdir, len(writes))
-            out["churn"]["webhook"] = webhook
+            node_of = {
+                f"p{n:04d}-{i:02d}": f"node-{n:04d}" for n in range(args.nodes) for i in range(args.pods_per_node)
+            }
+            out["churn"] = []
+            for rate in (float(r) for r in args.churn_rates.split(",")):
+                phase = churn(api, arrivals, rate, args, workdir, len(audit(workdir)), node_of)
+                out["churn"].append({**phase, "webhook": webhook})
             out["rss_mb"], out["cpu_s"] = proc_figures(proc.pid)
         proc.terminate()
         proc.wait(10)
         log.close()
-        fleet.stop.set()
+        fleet.stop()
         return out
     finally:
         cp.stop()
 
 
-def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path, writes_before: int) -> dict[str, Any]:
+def churn(
+    api: Api,
+    arrivals: Arrivals,
+    rate: float,
+    args: argparse.Namespace,
+    workdir: Path,
+    writes_before: int,
+    node_of: dict[str, str],
+) -> dict[str, Any]:
+    """Pods created at `rate`/s on random nodes, every fifth an earlier one deleted again;
+    then what it cost and how long the nodes took to settle."""
     rng = random.Random(5)
     created: list[str] = []
     deleted = 0
-    period = 1.0 / args.churn_rate
+    period = 1.0 / rate
+    events: dict[str, list[float]] = {}  # node -> the wall-clock times of its scheduling events
     # Every pod's CPU limits before the churn (a new pod's: as admitted), to count the
     # fewest resizes that reach the final targets from them.
     before = {
@@ -465,51 +418,80 @@ def churn(api: Api, fleet: FleetKubelet, args: argparse.Namespace, workdir: Path
     }
     start = time.monotonic()
     for i in range(args.churn_pods):
-        name = f"churn-{i:05d}"
+        name = f"churn{rate:g}-{i:05d}"
         node = f"node-{rng.randrange(args.nodes):04d}"
-        fleet.created_at[name] = time.monotonic()
+        arrivals.created_at[name] = time.monotonic()
+        events.setdefault(node, []).append(time.time())
+        node_of[name] = node
         before[name] = _cpu_limits(api.post(f"/api/v1/namespaces/{NS}/pods", pod_body(name, node, rng.choice(CPUS))))
         created.append(name)
         if i % 5 == 4:  # every fifth: one of the earlier ones goes again
             gone = created.pop(rng.randrange(len(created)))
+            events.setdefault(node_of[gone], []).append(time.time())
             api.delete(pod_path(NS, gone), {"gracePeriodSeconds": 0})
             deleted += 1
         time.sleep(max(0.0, start + (i + 1) * period - time.monotonic()))
     churn_end = time.monotonic()
     time.sleep(10.0)
     live = set(created)
-    without = sum(1 for n in live if n not in fleet.limited_at)
-    lat = sorted(fleet.limited_at[n] - fleet.created_at[n] for n in live if n in fleet.limited_at)
+    without = sum(1 for n in live if n not in arrivals.limited_at)
+    lat = sorted(arrivals.limited_at[n] - arrivals.created_at[n] for n in live if n in arrivals.limited_at)
     # every write the churn caused: until the subject has been quiet for 5 s (at most --settle)
     drained = settle(workdir, args.settle) - churn_end
     writes = audit(workdir, names=True)[writes_before:]
-    resizes = sum(1 for _, k in writes if k.startswith("resize"))
-    own = sum(1 for _, k in writes if k.startswith("resize churn-"))
-    seeded = sum(1 for n in live if n in fleet.born_limited)
+    resizes = [(t, k) for t, k in writes if k.startswith("resize")]
+    own = sum(1 for _, k in resizes if k.startswith("resize churn"))
+    seeded = sum(1 for n in live if n in arrivals.born_limited)
     at_least = fewest_resizes(api, before)
     # A subject that stops early writes less: what it left off target counts against it.
-    left = unconverged(api)
+    left, left_milli = off_target(api)
     refused: dict[str, int] = {}
     for _, k in writes:
         if k.startswith("refused"):
             refused[k] = refused.get(k, 0) + 1
+    settles = node_settle_times(events, resizes, node_of)
     return {
-        "rate": args.churn_rate,
+        "rate": rate,
         "created": args.churn_pods,
         "deleted": deleted,
         "without_limit_10s_after": without,
         "p50_s": statistics.median(lat) if lat else None,
         "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
-        "resizes_per_created": resizes / args.churn_pods,
+        "settle_p50_s": statistics.median(settles) if settles else None,
+        "settle_p99_s": settles[int(0.99 * (len(settles) - 1))] if settles else None,
+        "resizes_per_created": len(resizes) / args.churn_pods,
         "fewest_per_created": at_least / args.churn_pods,
-        "over_floor": resizes / at_least if at_least else None,
+        "over_floor": len(resizes) / at_least if at_least else None,
         "left_off_target": left,
+        "left_off_by_milli": left_milli,
         "drained_s": drained,
         "own_resizes": own,
-        "neighbour_resizes": resizes - own,
+        "neighbour_resizes": len(resizes) - own,
         "seeded_at_admission": seeded,
         "refused": refused,
     }
+
+
+def node_settle_times(
+    events: dict[str, list[float]], resizes: list[tuple[float, str]], node_of: dict[str, str]
+) -> list[float]:
+    """For every scheduling event (a pod created on or deleted from a node), the time to
+    the node's last resize before its next event: how long until every pod the event
+    affected had its new limit (0 where it needed none). Sorted."""
+    by_node: dict[str, list[float]] = {}
+    for t, kind in resizes:
+        node = node_of.get(kind.split(" ", 1)[1]) if " " in kind else None
+        if node is not None:
+            by_node.setdefault(node, []).append(t)
+    out = []
+    for node, times in events.items():
+        times = sorted(times)
+        written = sorted(by_node.get(node, []))
+        for i, t in enumerate(times):
+            nxt = times[i + 1] if i + 1 < len(times) else float("inf")
+            last = max((w for w in written if t <= w < nxt), default=t)
+            out.append(last - t)
+    return sorted(out)
 
 
 def _cpu_limits(pod: dict[str, Any]) -> dict[str, str | None]:
@@ -557,20 +539,21 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
         )
         print(f"  the last write {r['drained_s']:.1f} s after start (annotations and events follow the resizes)")
         print(f"  process: peak RSS {r['rss_mb']:.0f} MB, {r['cpu_s']:.1f} CPU s")
-        c = r.get("churn")
-        if c:
-            p50 = f"{c['p50_s']:.2f}" if c["p50_s"] is not None else "-"
-            p99 = f"{c['p99_s']:.2f}" if c["p99_s"] is not None else "-"
+        for c in r.get("churn") or []:
+
+            def f(v: float | None, fmt: str = ".2f") -> str:
+                return "-" if v is None else format(v, fmt)
+
             print(
-                f"  churn {c['rate']}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
-                f"p50 {p50} s, p99 {p99} s; {c['without_limit_10s_after']} without a limit 10 s after; "
+                f"  churn {c['rate']:g}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
+                f"p50 {f(c['p50_s'])} s, p99 {f(c['p99_s'])} s; scheduling event -> its node settled "
+                f"p50 {f(c['settle_p50_s'])} s, p99 {f(c['settle_p99_s'])} s; "
+                f"{c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "
-                f"{c['neighbour_resizes']} of neighbours; the fewest any controller needs to reach the final "
-                f"targets: {c['fewest_per_created']:.2f}; resizes / that floor: "
-                f"{'-' if c['over_floor'] is None else format(c['over_floor'], '.2f')}; "
-                f"{c['left_off_target']} pods left off target), the last "
-                f"{c['drained_s']:.1f} s after the churn; "
-                f"refused: {c['refused'] or 'none'}; "
+                f"{c['neighbour_resizes']} of neighbours); the fewest any controller needs to reach the final "
+                f"targets: {c['fewest_per_created']:.2f}; resizes / that floor: {f(c['over_floor'])}; "
+                f"{c['left_off_target']} pods left off target (by {c['left_off_by_milli']}m in all); the last write "
+                f"{c['drained_s']:.1f} s after the churn; refused: {c['refused'] or 'none'}; "
                 f"webhook {'on' if c['webhook'] else 'off'}: {c['seeded_at_admission']} created with a limit"
             )
 
@@ -602,8 +585,13 @@ def main() -> None:
         help="every pod starts with a static CPU limit of twice its request (a cluster with limits to fix)",
     )
     ap.add_argument("--churn", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--churn-rate", type=float, default=20.0)
-    ap.add_argument("--churn-pods", type=int, default=400)
+    ap.add_argument(
+        "--churn-rates",
+        default="4,20",
+        help="pods created per second, one churn phase each, in order (4/s needs about 23 resizes/s: under "
+        "clientQPS 50; 20/s about 113/s: over it)",
+    )
+    ap.add_argument("--churn-pods", type=int, default=300, help="pods created per churn phase")
     ap.add_argument("--workdir", default="/tmp/headroom-bench-cluster")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--naive-operator", metavar="KUBECONFIG", help=argparse.SUPPRESS)

@@ -10,15 +10,23 @@ when a pod's desired resources differ from what it reports as running it either 
 them — `allocatedResources` at once, `PodResizeInProgress` for `delay` seconds, then the
 new `resources` — or, told to, marks the resize `PodResizePending` with reason
 `Infeasible` and applies nothing (a refusal injected to test the controller's backoff).
+
+`SimulatedKubelet` polls its one node's pods; `SimulatedFleet` gives the same answers for
+every node of a cluster from one watch (the scale benchmarks: hundreds of nodes, where a
+poller per node would be the API server's main load).
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import datetime
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
 
@@ -53,18 +61,22 @@ class SimulatedKubelet:
     def sync(self) -> None:
         pods = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})["items"]
         for pod in pods:
-            if pod["status"].get("phase") in ("Succeeded", "Failed"):
-                continue
-            try:
-                if pod["metadata"].get("deletionTimestamp"):
-                    # containers stopped: confirm the deletion, as the kubelet does
-                    meta = pod["metadata"]
-                    self.api.delete(pod_path(meta["namespace"], meta["name"]), {"gracePeriodSeconds": 0})
-                    continue
-                self._sync_pod(pod)
-            except ApiError as err:
-                if err.status not in (404, 409):  # deleted or changed meanwhile: next pass
-                    raise
+            self.answer(pod)
+
+    def answer(self, pod: dict[str, Any]) -> None:
+        """What the kubelet does about one pod as it is now (nothing, for most)."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        try:
+            if pod["metadata"].get("deletionTimestamp"):
+                # containers stopped: confirm the deletion, as the kubelet does
+                meta = pod["metadata"]
+                self.api.delete(pod_path(meta["namespace"], meta["name"]), {"gracePeriodSeconds": 0})
+                return
+            self._sync_pod(pod)
+        except ApiError as err:
+            if err.status not in (404, 409):  # deleted or changed meanwhile: the next look
+                raise
 
     def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -176,3 +188,96 @@ class SimulatedKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class SimulatedFleet(SimulatedKubelet):
+    """The simulated kubelet of every node with pods in `namespace`, driven by one watch:
+    each bound pod's event is answered as `SimulatedKubelet` answers it, by `workers`
+    threads. Resizes apply at once (no `delay`: a pending resize would need a timer per
+    pod, which no benchmark here asks for). `observe(pod)` sees every pod event first, in
+    the watch's thread (a benchmark's clock)."""
+
+    def __init__(
+        self,
+        api: Api,
+        namespace: str,
+        *,
+        observe: Callable[[dict[str, Any]], None] | None = None,
+        workers: int = 4,
+        outcome: str | None = None,
+    ) -> None:
+        super().__init__(api, "*", outcome=outcome)
+        self.namespace = namespace
+        self.observe = observe
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._ready = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._workers = workers
+
+    def sync(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        listed = self.api.get(path)
+        for pod in listed["items"]:
+            self._seen(pod)
+        rv = listed["metadata"]["resourceVersion"]
+        while not self._stop.is_set():
+            for line in self.api.watch(path, rv, timeout_seconds=60, read_timeout=90):
+                event = orjson.loads(line)
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    return  # expired: start() lists again
+                rv = obj["metadata"]["resourceVersion"]
+                if kind not in ("BOOKMARK", "DELETED"):
+                    self._seen(obj)
+                if self._stop.is_set():
+                    return
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        if self.observe is not None:
+            self.observe(pod)
+        if not pod["spec"].get("nodeName"):
+            return
+        with self._ready:
+            self._queue.append(pod)
+            self._ready.notify()
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            with self._ready:
+                while not self._queue and not self._stop.is_set():
+                    self._ready.wait(0.5)
+                if not self._queue:
+                    continue
+                pod = self._queue.popleft()
+            try:
+                self.answer(pod)
+            except Exception as exc:  # reported by stop()
+                self.errors.append(exc)
+
+    def start(self, interval: float = 0.5) -> SimulatedFleet:
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.sync()
+                except ApiError:
+                    self._stop.wait(interval)  # the watch broke: list again
+                except Exception as exc:  # reported by stop()
+                    self.errors.append(exc)
+                    return
+
+        self._threads = [threading.Thread(target=loop, name="fleet-watch", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._work, name=f"fleet-{i}", daemon=True) for i in range(self._workers)
+        ]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._ready:
+            self._ready.notify_all()
+        for t in self._threads:
+            t.join(5)
+        if self.errors:
+            raise RuntimeError("simulated fleet kubelet failed") from self.errors[0]

@@ -20,7 +20,8 @@ import pytest
 
 from headroom.cluster.api import pod_path
 from install_helpers import KUBECTL, NS, ROOT, Cluster, installed_cluster, kubectl_run, limit, wait
-from testbed.flux import Flux, GitServer, build_flux, source_tree
+from testbed.flux import Flux, build_flux
+from testbed.git import GitServer, source_tree
 
 KUSTOMIZATIONS = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations"
 GITREPO = "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/kube-headroom"

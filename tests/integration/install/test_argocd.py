@@ -1,0 +1,368 @@
+"""GitOps with the real Argo CD: its application controller and repo-server
+(tests/argocd/build.sh, v3.6) sync Headroom from a Git repository served on loopback, on
+the install cluster (tests/install_helpers.py), and judge its health with our health.lua.
+
+What the test applies is examples/gitops/argocd/ as committed, with the changes a reader
+makes too: argocd-cm.yaml merged into `argocd-cm` as its comment says, `repoURL` pointed at
+the loopback repository (in a commit, for applications.yaml; in the copy applied by hand,
+for root.yaml) and the image the chart installs set in a commit. A team's Deployment,
+synced by an Application of its own, is the workload whose limits Headroom changes.
+
+After each push the test asks for a refresh the way `argocd app get --refresh` does (the
+`argocd.argoproj.io/refresh` annotation) instead of waiting for Argo CD's 3-minute poll.
+Every verdict is read from the Application's status as Argo CD writes it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chart import TOOLS
+from headroom.cluster.api import ApiError
+from headroom.core.quantity import cpu_milli
+from install_helpers import KUBECTL, ROOT, Cluster, headroom, installed_cluster, wait
+from testbed.argocd import APPS, ArgoCD, build_argocd
+from testbed.git import GitServer, source_tree
+
+CONFIG = "examples/gitops/config/headroom.yaml"
+APPLICATIONS = "examples/gitops/argocd/applications.yaml"
+ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP = (
+    "kube-headroom-apps", "kube-headroom-crds", "kube-headroom", "kube-headroom-config", "team-web",
+)  # fmt: skip
+HRC = "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster"
+NPP = "/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles"
+
+# The team's workload, from Git: one replica requesting 100m CPU and no CPU limit.
+TEAM_WEB = b"""apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: team
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: web
+          image: headroom.local/busybox:1
+          imagePullPolicy: Never
+          command: [sleep, "36000"]
+          resources:
+            requests: {cpu: 100m, memory: 16Mi}
+            limits: {memory: 64Mi}
+"""
+
+
+@dataclass
+class GitOps:
+    cluster: Cluster
+    argocd: ArgoCD
+    git: GitServer
+
+    def app(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.cluster.api.get(f"{APPS}/{name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def state(self, name: str) -> tuple[str, str, str]:
+        """(sync status, health status, health message) as Argo CD wrote them."""
+        status = (self.app(name) or {}).get("status") or {}
+        health = status.get("health") or {}
+        return (status.get("sync") or {}).get("status", ""), health.get("status", ""), health.get("message", "")
+
+    def refresh(self, *names: str, how: str = "normal") -> None:
+        for name in names:
+            self.cluster.run(KUBECTL, "annotate", "--overwrite", "-n", "argocd", f"application/{name}",
+                             f"argocd.argoproj.io/refresh={how}")  # fmt: skip
+
+    def push(self, message: str, files: dict[str, bytes | None], *apps: str) -> tuple[str, float]:
+        """Commit and push, then ask Argo CD to look now; (the commit, when it was pushed)."""
+        sha = self.git.commit(message, files)
+        pushed = time.monotonic()
+        self.refresh(*(apps or (CONFIG_APP,)))
+        return sha, pushed
+
+    def synced(self, name: str, sha: str, timeout: float = 120) -> dict[str, Any]:
+        """Wait until Argo CD's sync of commit `sha` has ended (well or not); the
+        operation's state."""
+
+        def ended() -> dict[str, Any] | None:
+            op = ((self.app(name) or {}).get("status") or {}).get("operationState") or {}
+            revision = ((op.get("syncResult") or {}).get("revision")) or ""
+            return op if revision == sha and op.get("phase") in ("Succeeded", "Failed", "Error") else None
+
+        try:
+            return wait(f"Application {name} synced {sha[:8]}", ended, timeout)  # type: ignore[no-any-return]
+        except AssertionError:
+            raise AssertionError(
+                f"{name}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
+            ) from None
+
+    def healthy(self, name: str, want: str = "Healthy", timeout: float = 120) -> tuple[str, str, str]:
+        """Wait until Argo CD calls Application `name` `want`; (sync, health, message)."""
+
+        def reached() -> tuple[str, str, str] | None:
+            state = self.state(name)
+            return state if state[1] == want else None
+
+        try:
+            return wait(f"{name} {want}", reached, timeout)  # type: ignore[no-any-return]
+        except AssertionError:
+            raise AssertionError(
+                f"{name}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
+            ) from None
+
+    def resource_health(self, app: str, kind: str, name: str) -> dict[str, Any]:
+        for r in ((self.app(app) or {}).get("status") or {}).get("resources") or []:
+            if r.get("kind") == kind and r.get("name") == name:
+                return r.get("health") or {}
+        return {}
+
+    def edit(self, path: str, old: str, new: str) -> bytes:
+        text = self.git.read(path)
+        assert old in text, (path, old)
+        return text.replace(old, new).encode()
+
+    def all_synced(self) -> list[tuple[str, str]]:
+        """After a hard refresh of every Application (a fresh diff against the live
+        objects), the ones Argo CD does not call Synced."""
+        names = (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP)
+        before = {n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") for n in names}
+        self.refresh(*names, how="hard")
+        for n in names:
+            wait(
+                f"{n} compared again",
+                lambda n=n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") > before[n],
+            )
+        return [(n, self.state(n)[0]) for n in names if self.state(n)[0] != "Synced"]
+
+
+@pytest.fixture(scope="module")
+def gitops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitOps]:
+    tmp = tmp_path_factory.mktemp("argocd")
+    bins = build_argocd()
+    with installed_cluster(tmp) as cluster:
+        argocd = ArgoCD(cluster.cp, bins, tmp / "argocd", TOOLS / "bin").start()
+        git = GitServer(tmp / "git").start({**source_tree(ROOT), "team/web.yaml": TEAM_WEB})
+        try:
+            yield GitOps(cluster, argocd, git)
+        finally:
+            argocd.stop()
+            git.stop()
+
+
+def _web(c: Cluster) -> dict[str, Any] | None:
+    pods = c.api.get("/api/v1/namespaces/team/pods", {"labelSelector": "app=web"})["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return live[0] if len(live) == 1 else None
+
+
+def _limit(c: Cluster) -> int | None:
+    """The web pod's CPU limit in millicores (0: none), or None while there is not one pod."""
+    pod = _web(c)
+    if pod is None:
+        return None
+    limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
+    return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+
+
+def _seconds(ts: str) -> float:
+    return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: GitOps, tmp_path: Path) -> None:
+    c, api = gitops.cluster, gitops.cluster.api
+    c.run(KUBECTL, "label", "node", c.node.name, "pool=batch")
+    c.run(KUBECTL, "create", "namespace", "team")
+    c.run(KUBECTL, "label", "namespace", "team", "kube-headroom.dev/mode=managed")
+    # argocd-cm.yaml merged as its comment says: the two kinds' health and Application health.
+    c.run(KUBECTL, "-n", "argocd", "patch", "configmap", "argocd-cm", "--patch-file",
+          str(gitops.git.checkout / "examples/gitops/argocd/argocd-cm.yaml"))  # fmt: skip
+    # The user's changes to the example, committed: their repository and the image they built.
+    example = "https://git.example.com/platform/kube-headroom.git"
+    apps = gitops.git.read(APPLICATIONS).replace(example, gitops.git.url)
+    image = "repository: registry.example.com/platform/kube-headroom # the image you built (docs/install.md)"
+    assert image in apps
+    apps = apps.replace(image, "repository: headroom.local/kube-headroom\n          pullPolicy: Never")
+    gitops.git.commit("Our repository and image", {APPLICATIONS: apps.encode()})
+    root = tmp_path / "root.yaml"
+    root.write_text(gitops.git.read("examples/gitops/argocd/root.yaml").replace(example, gitops.git.url))
+
+    # Bootstrap: the one Application applied by hand.
+    began = time.monotonic()
+    c.run(KUBECTL, "apply", "-f", str(root))
+    seen: dict[str, float] = {}
+
+    def bootstrapped() -> bool:
+        for name in (CRDS_APP, CHART_APP, CONFIG_APP):
+            if name not in seen and gitops.app(name) is not None:
+                seen[name] = time.monotonic() - began
+        return gitops.state(CONFIG_APP)[:2] == ("Synced", "Healthy")
+
+    wait("the configuration Synced and Healthy", bootstrapped, timeout=420)
+    config_at = time.monotonic() - began
+    for name in (CRDS_APP, CHART_APP):
+        assert gitops.state(name)[:2] == ("Synced", "Healthy"), (name, gitops.state(name))
+    assert len(c.ready()) == 2 and c.leader() in c.ready()  # the chart's pods, one leading
+    # The waves in order: each Application created once the one before was Healthy (the
+    # chart's only when the CRDs were served, the configuration's once the controller's
+    # pods were Ready).
+    created = {n: _seconds(gitops.app(n)["metadata"]["creationTimestamp"]) for n in (CRDS_APP, CHART_APP, CONFIG_APP)}  # type: ignore[index]
+    crds_done = _seconds(gitops.app(CRDS_APP)["status"]["operationState"]["finishedAt"])  # type: ignore[index]
+    pods_ready = max(
+        _seconds(cond["lastTransitionTime"])
+        for p in c.controller_pods()
+        for cond in p["status"]["conditions"]
+        if cond["type"] == "Ready"
+    )
+    assert created[CRDS_APP] <= crds_done <= created[CHART_APP] and pods_ready <= created[CONFIG_APP], (
+        created, crds_done, pods_ready,
+    )  # fmt: skip
+    hrc = api.get(HRC)
+    assert hrc["status"]["observedGeneration"] == hrc["metadata"]["generation"]  # Healthy came from the verdict
+    assert gitops.resource_health(CONFIG_APP, "HeadroomConfig", "cluster").get("status") == "Healthy"
+
+    # The team's Deployment, its own Application; in dry-run nobody limits its pod.
+    team_app = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {"name": TEAM_APP, "namespace": "argocd"},
+        "spec": {
+            "project": "default",
+            "source": {"repoURL": gitops.git.url, "targetRevision": "main", "path": "team"},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": "team"},
+            "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
+        },
+    }
+    (tmp_path / "team.yaml").write_text(json.dumps(team_app))
+    c.run(KUBECTL, "apply", "-f", str(tmp_path / "team.yaml"))
+    gitops.healthy(TEAM_APP)
+    wait("the web pod's dry-run verdict",
+         lambda: "kube-headroom.dev/status" in ((_web(c) or {}).get("metadata") or {}).get("annotations", {}))  # fmt: skip
+    assert _limit(c) == 0
+
+    # Commit dryRun: false: Argo CD applies it, the controller writes the limit. The node
+    # has 2 CPUs; two controller replicas and the web pod book 100m each; the web pod alone
+    # is managed, in pool batch (no multiplier cap): 100m + 1700m.
+    sha, pushed = gitops.push(
+        "Headroom: out of dry-run", {CONFIG: gitops.edit(CONFIG, "dryRun: true", "dryRun: false")}
+    )
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    wait("the web pod's fair limit", lambda: _limit(c) == 1800, timeout=120)
+    active_at = time.monotonic() - pushed
+    gitops.healthy(CONFIG_APP)
+    web = _web(c)
+    assert web is not None
+    written = int(web["metadata"]["generation"])
+
+    # No endless OutOfSync: resized pods, defaulted CRD fields and the status Headroom
+    # writes are no drift, with Argo CD's default diff and with server-side diff.
+    default_diff = gitops.all_synced()
+    assert not default_diff, default_diff
+    for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):
+        c.run(KUBECTL, "annotate", "--overwrite", "-n", "argocd", f"application/{name}",
+              "argocd.argoproj.io/compare-options=ServerSideDiff=true")  # fmt: skip
+    server_diff = gitops.all_synced()
+    assert not server_diff, server_diff
+
+    # A profile the API server refuses: the sync fails with the server's message, and
+    # nothing of that commit is applied.
+    good = gitops.git.read(CONFIG).encode()
+    sha, _ = gitops.push(
+        "batch: a negative multiplier", {CONFIG: gitops.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
+    )
+    op = gitops.synced(CONFIG_APP, sha)
+    refused = (op["phase"], op.get("message", ""))
+    assert op["phase"] in ("Failed", "Error") and "spec.maxMultiplier" in refused[1], refused
+    assert api.get(f"{NPP}/batch")["spec"]["maxMultiplier"] == 0
+    assert gitops.state(CONFIG_APP)[0] == "OutOfSync"
+
+    # A profile the API server takes and the controller refuses (merged with the global
+    # deadband its shrink exceeds its grow): Stalled, so the Application turns Degraded
+    # with the controller's message; no pod is written with it.
+    sha, _ = gitops.push(
+        "batch: a tight deadband",
+        {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 0\n  deadband: {grow: 0.02}\n")},
+    )
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    degraded = gitops.healthy(CONFIG_APP, "Degraded")
+    stalled = next(x for x in api.get(f"{NPP}/batch")["status"]["conditions"] if x["type"] == "Stalled")
+    assert stalled["status"] == "True" and gitops.resource_health(CONFIG_APP, "NodePoolProfile", "batch") == {
+        "status": "Degraded", "message": stalled["message"],
+    }, (stalled, degraded)  # fmt: skip
+    web = _web(c)
+    assert web is not None and int(web["metadata"]["generation"]) == written and _limit(c) == 1800
+
+    # Reverted: Healthy again.
+    sha, _ = gitops.push("Revert the deadband", {CONFIG: good})
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    gitops.healthy(CONFIG_APP)
+
+    # The profile deleted from Git: pruned, and its node back on the global settings
+    # (maxMultiplier 10: 1 CPU for a 100m request).
+    without = good.split(b"\n---\n")[0] + b"\n"
+    sha, pushed = gitops.push("Drop the batch profile", {CONFIG: without})
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    wait("the global cap", lambda: _limit(c) == 1000, timeout=120)
+    pruned_at = time.monotonic() - pushed
+    assert not api.get(NPP)["items"]
+    gitops.healthy(CONFIG_APP)
+
+    # Argo CD's tracking annotation on our objects: the CRDs took it, the controller gave
+    # the object its verdict, and `headroom validate` passes the live object as it is.
+    hrc = api.get(HRC)
+    tracking = hrc["metadata"].get("annotations", {}).get("argocd.argoproj.io/tracking-id", "")
+    assert tracking.startswith(f"{CONFIG_APP}:kube-headroom.dev/HeadroomConfig:"), hrc["metadata"]
+    live = tmp_path / "live.yaml"
+    live.write_text(c.run(KUBECTL, "get", "headroomconfig", "cluster", "-o", "yaml"))
+    checked = headroom(c, "validate", str(live))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    # The controller scaled to zero through Git (selfHeal would undo a `kubectl scale`),
+    # then a commit: nobody gives the new generation a verdict, so the configuration
+    # stays Progressing, saying what it waits for.
+    stopped_apps = gitops.git.read(APPLICATIONS).replace(
+        "      valuesObject:\n", "      valuesObject:\n        replicaCount: 0\n"
+    )
+    sha, _ = gitops.push("Stop the controller", {APPLICATIONS: stopped_apps.encode()}, ROOT_APP)
+    wait("the controller gone", lambda: not c.controller_pods(), timeout=180)
+    sha, _ = gitops.push(
+        "Exclude a sidecar",
+        {CONFIG: gitops.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
+    )
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    generation = api.get(HRC)["metadata"]["generation"]
+    waiting = f"Waiting for the controller to observe generation {generation}"
+    wait(
+        "the new generation's health",
+        lambda: gitops.resource_health(CONFIG_APP, "HeadroomConfig", "cluster").get("message") == waiting,
+    )
+    held, deadline = [], time.monotonic() + 10
+    while time.monotonic() < deadline:  # nothing can make it Healthy: no controller runs
+        held.append(gitops.state(CONFIG_APP)[1])
+        time.sleep(1)
+    assert set(held) == {"Progressing"}, held
+
+    print(f"\nArgo CD {gitops.argocd.version}; bootstrap from the root Application: "
+          + ", ".join(f"{n} created {t:.1f}s" for n, t in seen.items())
+          + f", configuration Synced+Healthy {config_at:.1f}s")  # fmt: skip
+    print(f"push -> limit on the pod: dryRun false {active_at:.1f}s; profile pruned {pruned_at:.1f}s")
+    print(f"CRD refuses: {refused[0]}: {refused[1]}")
+    print(f"controller refuses: {degraded[1]}: {degraded[2]}")
+    print(f"controller stopped: Progressing for 10 s: {waiting}")
