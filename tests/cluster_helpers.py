@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factories import pod
+from factories import container, pod
 from headroom.cluster.api import Api, ApiError, pod_path
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
@@ -48,6 +48,24 @@ def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, 
     body = pod(name, namespace=ns, node=node, **kw)
     body["status"] = {}
     return api.post(f"/api/v1/namespaces/{ns}/pods", body)
+
+
+def wait_limit_range_enforced(api: Api, ns: str, node: str, timeout: float = 15.0) -> float:
+    """Seconds until the LimitRanger admission enforces a LimitRange just created in `ns`
+    (it reads LimitRanges from a cache): a server-side dry run of a pod with a CPU limit of
+    100 cores, above any max here, is refused."""
+    body = pod("limitrange-probe", namespace=ns, node=node, containers=[container(cpu="200m", limit="100")])
+    body["status"] = {}
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            api.post(f"/api/v1/namespaces/{ns}/pods", body, {"dryRun": "All"})
+        except ApiError as exc:
+            if exc.status == 403:
+                return time.monotonic() - start
+            raise
+        time.sleep(0.1)
+    raise AssertionError(f"no LimitRange of {ns} enforced within {timeout}s")
 
 
 def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:

@@ -546,7 +546,7 @@ def report(results: list[dict[str, Any]], qps: float) -> None:
 
             print(
                 f"  churn {c['rate']:g}/s: {c['created']} created, {c['deleted']} deleted; creation -> limit "
-                f"p50 {f(c['p50_s'])} s, p99 {f(c['p99_s'])} s; scheduling event -> its node settled "
+                f"p50 {f(c['p50_s'])} s, p99 {f(c['p99_s'])} s; scheduling event -> its node's last resize "
                 f"p50 {f(c['settle_p50_s'])} s, p99 {f(c['settle_p99_s'])} s; "
                 f"{c['without_limit_10s_after']} without a limit 10 s after; "
                 f"{c['resizes_per_created']:.2f} resizes per created pod ({c['own_resizes']} of the new pods, "

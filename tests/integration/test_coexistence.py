@@ -11,7 +11,15 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster_helpers import cpu_limits, create_pod, events, vpa, wait_annotation, wait_limits
+from cluster_helpers import (
+    cpu_limits,
+    create_pod,
+    events,
+    vpa,
+    wait_annotation,
+    wait_limit_range_enforced,
+    wait_limits,
+)
 from factories import container
 from faultproxy import Rule
 from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
@@ -104,14 +112,21 @@ def test_vpa_that_sets_limits_keeps_its_pods_and_a_requests_only_vpa_coexists_wi
             sent += 1
             time.sleep(3)
         assert not refused, refused
-        time.sleep(4)  # debounce and the last write
         pod = api.get(pod_path(ns, app))
         request = pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
         assert request == requests[(sent - 1) % len(requests)]
-        # Headroom followed the new requests: the limit is the plan's target for them...
-        plan = {pp.pod.key: pp for pp in live_plan(api).all_pods()}
-        target = plan[f"{ns}/{app}"].target
-        assert target is not None and not target.apply, "the limit does not follow the last request"
+
+        # Headroom followed the new requests: the limit becomes the plan's target for them
+        # (within the debounce and the write after the last change)...
+        def at_target() -> bool:
+            target = {pp.pod.key: pp for pp in live_plan(api).all_pods()}[f"{ns}/{app}"].target
+            return target is not None and not target.apply
+
+        deadline = time.monotonic() + 20
+        while not at_target():
+            assert time.monotonic() < deadline, "the limit does not follow the last request"
+            time.sleep(0.2)
+        pod = api.get(pod_path(ns, app))
         # ...each writer owns its own field, and neither fought the other.
         owners = {
             m["manager"]: orjson.dumps(m.get("fieldsV1")).decode()
@@ -148,7 +163,7 @@ def test_limit_ranges_cap_the_target_and_no_write_is_refused(cluster):
             },
         }
         api.post(f"/api/v1/namespaces/{ns}/limitranges", lr)
-        time.sleep(1)  # the admission's LimitRange cache
+        wait_limit_range_enforced(api, ns, node)
         create_pod(api, ns, node, "one", containers=[container(cpu="200m", limit="300m")])
         create_pod(
             api,
@@ -353,7 +368,7 @@ def test_the_limit_range_rule_answers_what_the_servers_limitranger_answers(api, 
         },
     }
     ranges = (limit_range_from_dict(api.post(f"/api/v1/namespaces/{ns}/limitranges", lr)),)
-    time.sleep(1)  # the admission's LimitRange cache
+    wait_limit_range_enforced(api, ns, node)
     candidates = {
         "one": [{"app": "500m"}, {"app": "600m"}, {"app": "700m"}, {"app": "1100m"}],
         "two": [{"a": "750m", "b": "750m"}, {"a": "800m", "b": "800m"}, {"a": "1", "b": "900m"}],
