@@ -9,11 +9,12 @@ from lupa import lua51
 
 ROOT = Path(__file__).resolve().parents[1]
 CUSTOMIZATIONS = ROOT / "examples" / "gitops" / "argocd" / "resource_customizations" / "kube-headroom.dev"
+APPLICATION = CUSTOMIZATIONS.parent / "argoproj.io" / "Application" / "health.lua"
 KINDS = ("HeadroomConfig", "NodePoolProfile")
 
 
 def health(obj: dict[str, Any]) -> dict[str, str]:
-    script = (CUSTOMIZATIONS / obj["kind"] / "health.lua").read_text()
+    script = (APPLICATION if obj["kind"] == "Application" else CUSTOMIZATIONS / obj["kind"] / "health.lua").read_text()
     lua = lua51.LuaRuntime(unpack_returned_tuples=True)
     lua.globals().obj = lua.table_from(obj, recursive=True)
     hs = lua.execute(script)

@@ -69,8 +69,10 @@ class Cluster:
         pods = self.controller_pods()
         return bool(pods) and all('"webhook serving"' in self.node.container_log(p, "controller") for p in pods)
 
-    def leader(self) -> str:
-        return str(self.api.get(LEASE)["spec"].get("holderIdentity") or "")
+    def leader(self, release: str = "headroom") -> str:
+        """The pod holding the controller's Lease (named after the Helm release)."""
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{release}"
+        return str(self.api.get(lease)["spec"].get("holderIdentity") or "")
 
 
 # Every write of the controller's ServiceAccount to a Lease (with the body: who it names)

@@ -139,18 +139,25 @@ class GitOps:
         assert old in text, (path, old)
         return text.replace(old, new).encode()
 
-    def all_synced(self) -> list[tuple[str, str]]:
+    def all_synced(self) -> list[tuple[str, str, Any, Any]]:
         """After a hard refresh of every Application (a fresh diff against the live
         objects), the ones Argo CD does not call Synced."""
         names = (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP)
         before = {n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") for n in names}
+        time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
         self.refresh(*names, how="hard")
         for n in names:
             wait(
                 f"{n} compared again",
                 lambda n=n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") > before[n],
             )
-        return [(n, self.state(n)[0]) for n in names if self.state(n)[0] != "Synced"]
+        out = []
+        for n in names:
+            status = (self.app(n) or {}).get("status") or {}
+            if (status.get("sync") or {}).get("status") != "Synced":
+                drift = [r for r in status.get("resources") or [] if r.get("status") != "Synced"]
+                out.append((n, (status.get("sync") or {}).get("status", ""), status.get("conditions"), drift))
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +189,21 @@ def _limit(c: Cluster) -> int | None:
     return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
 
 
+def _established(c: Cluster) -> float | None:
+    """When the later of Headroom's two CRDs became Established (None: not yet both)."""
+    times = []
+    for plural in ("headroomconfigs", "nodepoolprofiles"):
+        try:
+            crd = c.api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.kube-headroom.dev")
+        except ApiError:
+            return None
+        cond = next((x for x in (crd.get("status") or {}).get("conditions") or [] if x["type"] == "Established"), None)
+        if cond is None or cond["status"] != "True":
+            return None
+        times.append(_seconds(cond["lastTransitionTime"]))
+    return max(times)
+
+
 def _seconds(ts: str) -> float:
     return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
@@ -207,32 +229,47 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     # Bootstrap: the one Application applied by hand.
     began = time.monotonic()
     c.run(KUBECTL, "apply", "-f", str(root))
+
+    def established() -> float | None:
+        return _established(c)
+
     seen: dict[str, float] = {}
+    clicks: list[float] = []
 
     def bootstrapped() -> bool:
         for name in (CRDS_APP, CHART_APP, CONFIG_APP):
             if name not in seen and gitops.app(name) is not None:
                 seen[name] = time.monotonic() - began
+        # Argo CD skips status-only updates (argocd-cm's ignoreResourceUpdates, on by
+        # default), and a CRD becoming Established is one: the CRDs' Application can read
+        # Progressing until its next periodic refresh (167 s in the first run here). A user
+        # clicks Refresh; so does the test, once the CRDs are served, and counts the clicks.
+        stuck = gitops.state(CRDS_APP)[:2] == ("Synced", "Progressing") and established() is not None
+        if stuck and (not clicks or time.monotonic() - began - clicks[-1] > 10):
+            clicks.append(time.monotonic() - began)
+            gitops.refresh(CRDS_APP)
         return gitops.state(CONFIG_APP)[:2] == ("Synced", "Healthy")
 
     wait("the configuration Synced and Healthy", bootstrapped, timeout=420)
     config_at = time.monotonic() - began
     for name in (CRDS_APP, CHART_APP):
         assert gitops.state(name)[:2] == ("Synced", "Healthy"), (name, gitops.state(name))
-    assert len(c.ready()) == 2 and c.leader() in c.ready()  # the chart's pods, one leading
-    # The waves in order: each Application created once the one before was Healthy (the
-    # chart's only when the CRDs were served, the configuration's once the controller's
-    # pods were Ready).
+    # The chart's pods, one leading; Argo CD names the Helm release after the Application.
+    assert len(c.ready()) == 2 and c.leader(CHART_APP) in c.ready()
+    # The waves in order, on the API server's clock: each Application created once the one
+    # before was Healthy (the chart's once the CRDs were Established, the configuration's
+    # once the controller's pods were Ready).
     created = {n: _seconds(gitops.app(n)["metadata"]["creationTimestamp"]) for n in (CRDS_APP, CHART_APP, CONFIG_APP)}  # type: ignore[index]
-    crds_done = _seconds(gitops.app(CRDS_APP)["status"]["operationState"]["finishedAt"])  # type: ignore[index]
+    served = established()
+    assert served is not None
     pods_ready = max(
         _seconds(cond["lastTransitionTime"])
         for p in c.controller_pods()
         for cond in p["status"]["conditions"]
         if cond["type"] == "Ready"
     )
-    assert created[CRDS_APP] <= crds_done <= created[CHART_APP] and pods_ready <= created[CONFIG_APP], (
-        created, crds_done, pods_ready,
+    assert created[CRDS_APP] <= served <= created[CHART_APP] and pods_ready <= created[CONFIG_APP], (
+        created, served, pods_ready,
     )  # fmt: skip
     hrc = api.get(HRC)
     assert hrc["status"]["observedGeneration"] == hrc["metadata"]["generation"]  # Healthy came from the verdict
@@ -303,9 +340,10 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
     degraded = gitops.healthy(CONFIG_APP, "Degraded")
     stalled = next(x for x in api.get(f"{NPP}/batch")["status"]["conditions"] if x["type"] == "Stalled")
-    assert stalled["status"] == "True" and gitops.resource_health(CONFIG_APP, "NodePoolProfile", "batch") == {
-        "status": "Degraded", "message": stalled["message"],
-    }, (stalled, degraded)  # fmt: skip
+    judged = gitops.resource_health(CONFIG_APP, "NodePoolProfile", "batch")
+    assert stalled["status"] == "True" and (judged.get("status"), judged.get("message")) == (
+        "Degraded", stalled["message"],
+    ), (stalled, judged, degraded)  # fmt: skip
     web = _web(c)
     assert web is not None and int(web["metadata"]["generation"]) == written and _limit(c) == 1800
 
@@ -361,7 +399,8 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
 
     print(f"\nArgo CD {gitops.argocd.version}; bootstrap from the root Application: "
           + ", ".join(f"{n} created {t:.1f}s" for n, t in seen.items())
-          + f", configuration Synced+Healthy {config_at:.1f}s")  # fmt: skip
+          + f", configuration Synced+Healthy {config_at:.1f}s; Refresh clicked on the CRDs at "
+          + (", ".join(f"{t:.1f}s" for t in clicks) or "never"))  # fmt: skip
     print(f"push -> limit on the pod: dryRun false {active_at:.1f}s; profile pruned {pruned_at:.1f}s")
     print(f"CRD refuses: {refused[0]}: {refused[1]}")
     print(f"controller refuses: {degraded[1]}: {degraded[2]}")
