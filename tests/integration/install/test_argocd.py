@@ -28,7 +28,7 @@ import pytest
 from chart import TOOLS
 from headroom.cluster.api import ApiError
 from headroom.core.quantity import cpu_milli
-from install_helpers import KUBECTL, ROOT, Cluster, headroom, installed_cluster, wait
+from install_helpers import KUBECTL, NS, ROOT, Cluster, headroom, installed_cluster, wait
 from testbed.argocd import APPS, ArgoCD, build_argocd
 from testbed.git import GitServer, source_tree
 
@@ -114,6 +114,20 @@ class GitOps:
                 f"{name}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
             ) from None
 
+    def refused(self, name: str, sha: str, timeout: float = 120) -> tuple[str, str, int]:
+        """Wait until a sync of commit `sha` has had an object refused; (the operation's
+        phase, the refusal's message, the retry count)."""
+
+        def failed() -> tuple[str, str, int] | None:
+            op = ((self.app(name) or {}).get("status") or {}).get("operationState") or {}
+            result = op.get("syncResult") or {}
+            bad = [r for r in result.get("resources") or [] if r.get("status") == "SyncFailed"]
+            if result.get("revision") != sha or not bad:
+                return None
+            return op.get("phase", ""), bad[0].get("message", ""), int(op.get("retryCount") or 0)
+
+        return wait(f"Application {name}'s sync of {sha[:8]} refused", failed, timeout)  # type: ignore[no-any-return]
+
     def healthy(self, name: str, want: str = "Healthy", timeout: float = 120) -> tuple[str, str, str]:
         """Wait until Argo CD calls Application `name` `want`; (sync, health, message)."""
 
@@ -139,25 +153,40 @@ class GitOps:
         assert old in text, (path, old)
         return text.replace(old, new).encode()
 
-    def all_synced(self) -> list[tuple[str, str, Any, Any]]:
-        """After a hard refresh of every Application (a fresh diff against the live
-        objects), the ones Argo CD does not call Synced."""
+    def all_synced(self, timeout: float = 60) -> tuple[list[Any], list[Any]]:
+        """A hard refresh of every Application (a fresh diff against the live objects),
+        then until each has been compared again and reads Synced (at most `timeout`):
+        (those that never did, with their conditions and drifting resources; every other
+        state seen meanwhile)."""
         names = (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP)
         before = {n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") for n in names}
         time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
         self.refresh(*names, how="hard")
-        for n in names:
-            wait(
-                f"{n} compared again",
-                lambda n=n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") > before[n],
-            )
-        out = []
-        for n in names:
+        seen: list[Any] = []
+        deadline = time.monotonic() + timeout
+        left = list(names)
+        while left and time.monotonic() < deadline:
+            for n in list(left):
+                status = (self.app(n) or {}).get("status") or {}
+                sync = (status.get("sync") or {}).get("status", "")
+                if status.get("reconciledAt", "") <= before[n]:
+                    continue
+                if sync == "Synced":
+                    left.remove(n)
+                elif (n, sync) not in [x[:2] for x in seen]:
+                    seen.append((n, sync, [c.get("message") for c in status.get("conditions") or []]))
+            time.sleep(0.5)
+        never = []
+        for n in left:
             status = (self.app(n) or {}).get("status") or {}
-            if (status.get("sync") or {}).get("status") != "Synced":
-                drift = [r for r in status.get("resources") or [] if r.get("status") != "Synced"]
-                out.append((n, (status.get("sync") or {}).get("status", ""), status.get("conditions"), drift))
-        return out
+            drift = [r for r in status.get("resources") or [] if r.get("status") != "Synced"]
+            never.append((n, (status.get("sync") or {}).get("status", ""), status.get("conditions"), drift))
+        return never, seen
+
+    def comparison_error(self, name: str) -> str:
+        """The message of the Application's ComparisonError condition ('' without one)."""
+        conditions = ((self.app(name) or {}).get("status") or {}).get("conditions") or []
+        return next((c.get("message", "") for c in conditions if c.get("type") == "ComparisonError"), "")
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +199,8 @@ def gitops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitOps]:
         try:
             yield GitOps(cluster, argocd, git)
         finally:
+            # What Argo CD last said of every Application, for a failure's reader.
+            (tmp / "applications.json").write_text(json.dumps(cluster.api.get(APPS), indent=1))
             argocd.stop()
             git.stop()
 
@@ -309,35 +340,30 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     written = int(web["metadata"]["generation"])
 
     # No endless OutOfSync: resized pods, defaulted CRD fields and the status Headroom
-    # writes are no drift, with Argo CD's default diff and with server-side diff.
-    default_diff = gitops.all_synced()
+    # writes are no drift (Argo CD's default diff here; server-side diff below).
+    default_diff, default_seen = gitops.all_synced()
     assert not default_diff, default_diff
-    for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):
-        c.run(KUBECTL, "annotate", "--overwrite", "-n", "argocd", f"application/{name}",
-              "argocd.argoproj.io/compare-options=ServerSideDiff=true")  # fmt: skip
-    server_diff = gitops.all_synced()
-    assert not server_diff, server_diff
 
-    # A profile the API server refuses: the sync fails with the server's message, and
-    # nothing of that commit is applied.
+    # A profile the API server refuses: the sync fails with the server's message (Argo CD
+    # retries it), and the refused object is not changed.
     good = gitops.git.read(CONFIG).encode()
     sha, _ = gitops.push(
         "batch: a negative multiplier", {CONFIG: gitops.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
     )
-    op = gitops.synced(CONFIG_APP, sha)
-    refused = (op["phase"], op.get("message", ""))
-    assert op["phase"] in ("Failed", "Error") and "spec.maxMultiplier" in refused[1], refused
+    refused = gitops.refused(CONFIG_APP, sha)
+    assert "spec.maxMultiplier" in refused[1], refused
     assert api.get(f"{NPP}/batch")["spec"]["maxMultiplier"] == 0
     assert gitops.state(CONFIG_APP)[0] == "OutOfSync"
 
     # A profile the API server takes and the controller refuses (merged with the global
     # deadband its shrink exceeds its grow): Stalled, so the Application turns Degraded
     # with the controller's message; no pod is written with it.
-    sha, _ = gitops.push(
+    sha, pushed = gitops.push(
         "batch: a tight deadband",
         {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 0\n  deadband: {grow: 0.02}\n")},
     )
-    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
+    assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"  # not held behind the refused one
+    after_refusal = time.monotonic() - pushed
     degraded = gitops.healthy(CONFIG_APP, "Degraded")
     stalled = next(x for x in api.get(f"{NPP}/batch")["status"]["conditions"] if x["type"] == "Stalled")
     judged = gitops.resource_health(CONFIG_APP, "NodePoolProfile", "batch")
@@ -372,14 +398,53 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     checked = headroom(c, "validate", str(live))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
-    # The controller scaled to zero through Git (selfHeal would undo a `kubectl scale`),
-    # then a commit: nobody gives the new generation a verdict, so the configuration
-    # stays Progressing, saying what it waits for.
-    stopped_apps = gitops.git.read(APPLICATIONS).replace(
-        "      valuesObject:\n", "      valuesObject:\n        replicaCount: 0\n"
+    # The same with server-side diff (a dry-run apply per object, the API server's own
+    # defaults and managers in the comparison): no drift either.
+    for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):
+        c.run(KUBECTL, "annotate", "--overwrite", "-n", "argocd", f"application/{name}",
+              "argocd.argoproj.io/compare-options=ServerSideDiff=true")  # fmt: skip
+    server_diff, server_seen = gitops.all_synced()
+    assert not server_diff, server_diff
+    # A change to a live object that the CRD refuses: the server's dry run is the
+    # comparison, so Argo CD cannot compare (sync Unknown, a ComparisonError with the
+    # server's message) and syncs nothing.
+    current = gitops.git.read(CONFIG).encode()
+    assert b"spec:\n  dryRun: false" in current
+    gitops.push(
+        "A negative global multiplier",
+        {CONFIG: current.replace(b"spec:\n", b"spec:\n  maxMultiplier: -1\n", 1)},
     )
-    sha, _ = gitops.push("Stop the controller", {APPLICATIONS: stopped_apps.encode()}, ROOT_APP)
-    wait("the controller gone", lambda: not c.controller_pods(), timeout=180)
+    compared = wait("the refused change compared", lambda: gitops.comparison_error(CONFIG_APP), timeout=60)
+    assert "spec.maxMultiplier" in compared and gitops.state(CONFIG_APP)[0] == "Unknown", (
+        compared,
+        gitops.state(CONFIG_APP),
+    )
+    assert api.get(HRC)["spec"].get("maxMultiplier") != -1  # nothing synced
+    gitops.push("Revert it", {CONFIG: current})
+    wait(
+        "Synced again",
+        lambda: gitops.state(CONFIG_APP)[0] == "Synced" and not gitops.comparison_error(CONFIG_APP),
+        timeout=60,
+    )
+    for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):  # back to the default diff
+        c.run(KUBECTL, "annotate", "-n", "argocd", f"application/{name}", "argocd.argoproj.io/compare-options-")
+
+    # The controller stopped, as a platform team does it in an incident: automated sync of
+    # the chart's Application turned off in Git (self-heal alone is not enough: in a
+    # repository every commit is a new revision, which automated sync applies again, and the
+    # chart refuses replicaCount 0), then `kubectl scale`; then a commit: nobody gives the
+    # new generation a verdict, so the configuration stays Progressing, saying what it waits
+    # for.
+    auto = "    automated: {prune: true, selfHeal: true}\n    syncOptions: [CreateNamespace=true"
+    manual = gitops.edit(APPLICATIONS, auto, "    syncOptions: [CreateNamespace=true")
+    gitops.push("kube-headroom: manual sync while we stop it", {APPLICATIONS: manual}, ROOT_APP)
+    wait(
+        "automated sync off",
+        lambda: not (gitops.app(CHART_APP) or {})["spec"]["syncPolicy"].get("automated"),
+        timeout=120,
+    )
+    c.run(KUBECTL, "scale", "deployment/kube-headroom", "-n", NS, "--replicas=0")
+    wait("the controller gone", lambda: not c.controller_pods(), timeout=120)
     sha, _ = gitops.push(
         "Exclude a sidecar",
         {CONFIG: gitops.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
@@ -396,12 +461,17 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
         held.append(gitops.state(CONFIG_APP)[1])
         time.sleep(1)
     assert set(held) == {"Progressing"}, held
+    assert not c.controller_pods() and gitops.state(CHART_APP)[0] == "OutOfSync"  # stopped, and Argo CD says so
 
     print(f"\nArgo CD {gitops.argocd.version}; bootstrap from the root Application: "
           + ", ".join(f"{n} created {t:.1f}s" for n, t in seen.items())
           + f", configuration Synced+Healthy {config_at:.1f}s; Refresh clicked on the CRDs at "
           + (", ".join(f"{t:.1f}s" for t in clicks) or "never"))  # fmt: skip
     print(f"push -> limit on the pod: dryRun false {active_at:.1f}s; profile pruned {pruned_at:.1f}s")
-    print(f"CRD refuses: {refused[0]}: {refused[1]}")
+    print(f"CRD refuses: operation {refused[0]} (retry {refused[2]}): {refused[1]}; the next commit synced "
+          f"{after_refusal:.1f}s after its push")  # fmt: skip
     print(f"controller refuses: {degraded[1]}: {degraded[2]}")
     print(f"controller stopped: Progressing for 10 s: {waiting}")
+    print(f"server-side diff, a refused change to a live object: ComparisonError: {compared}")
+    print(f"other sync states seen after a hard refresh: default diff {default_seen or 'none'}; "
+          f"server-side diff {server_seen or 'none'}")  # fmt: skip
