@@ -135,6 +135,13 @@ class GitServer:
     def read(self, path: str) -> str:
         return (self.checkout / path).read_text()
 
+    def edit(self, path: str, old: str, new: str) -> bytes:
+        """The file at `path` with `old` (which must be there) replaced by `new`."""
+        text = self.read(path)
+        if old not in text:
+            raise ControlPlaneError(f"{path}: {old!r} not found")
+        return text.replace(old, new).encode()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

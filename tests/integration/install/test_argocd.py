@@ -11,6 +11,9 @@ synced by an Application of its own, is the workload whose limits Headroom chang
 After each push the test asks for a refresh the way `argocd app get --refresh` does (the
 `argocd.argoproj.io/refresh` annotation) instead of waiting for Argo CD's 3-minute poll.
 Every verdict is read from the Application's status as Argo CD writes it.
+
+One test, the loop in the order a platform team lives it (each step starts from what the
+one before left), with the helpers it reads Argo CD through: hence its length.
 """
 
 from __future__ import annotations
@@ -98,6 +101,15 @@ class GitOps:
         self.refresh(*(apps or (CONFIG_APP,)))
         return sha, pushed
 
+    def wait(self, name: str, what: str, check: Any, timeout: float) -> Any:
+        """`install_helpers.wait`, failing with what Argo CD last said of `name`."""
+        try:
+            return wait(f"{name}: {what}", check, timeout)
+        except AssertionError:
+            raise AssertionError(
+                f"{name}: {what}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
+            ) from None
+
     def synced(self, name: str, sha: str, timeout: float = 120) -> dict[str, Any]:
         """Wait until Argo CD's sync of commit `sha` has ended (well or not); the
         operation's state."""
@@ -107,12 +119,7 @@ class GitOps:
             revision = ((op.get("syncResult") or {}).get("revision")) or ""
             return op if revision == sha and op.get("phase") in ("Succeeded", "Failed", "Error") else None
 
-        try:
-            return wait(f"Application {name} synced {sha[:8]}", ended, timeout)  # type: ignore[no-any-return]
-        except AssertionError:
-            raise AssertionError(
-                f"{name}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
-            ) from None
+        return self.wait(name, f"synced {sha[:8]}", ended, timeout)
 
     def refused(self, name: str, sha: str, timeout: float = 120) -> tuple[str, str, int]:
         """Wait until a sync of commit `sha` has had an object refused; (the operation's
@@ -126,7 +133,7 @@ class GitOps:
                 return None
             return op.get("phase", ""), bad[0].get("message", ""), int(op.get("retryCount") or 0)
 
-        return wait(f"Application {name}'s sync of {sha[:8]} refused", failed, timeout)  # type: ignore[no-any-return]
+        return self.wait(name, f"the sync of {sha[:8]} refused", failed, timeout)
 
     def healthy(self, name: str, want: str = "Healthy", timeout: float = 120) -> tuple[str, str, str]:
         """Wait until Argo CD calls Application `name` `want`; (sync, health, message)."""
@@ -135,23 +142,13 @@ class GitOps:
             state = self.state(name)
             return state if state[1] == want else None
 
-        try:
-            return wait(f"{name} {want}", reached, timeout)  # type: ignore[no-any-return]
-        except AssertionError:
-            raise AssertionError(
-                f"{name}: {self.state(name)}\n{self.argocd.log_tail('application-controller', 15)}"
-            ) from None
+        return self.wait(name, want, reached, timeout)
 
     def resource_health(self, app: str, kind: str, name: str) -> dict[str, Any]:
         for r in ((self.app(app) or {}).get("status") or {}).get("resources") or []:
             if r.get("kind") == kind and r.get("name") == name:
                 return r.get("health") or {}
         return {}
-
-    def edit(self, path: str, old: str, new: str) -> bytes:
-        text = self.git.read(path)
-        assert old in text, (path, old)
-        return text.replace(old, new).encode()
 
     def all_synced(self, timeout: float = 60) -> tuple[list[Any], list[Any]]:
         """A hard refresh of every Application (a fresh diff against the live objects),
@@ -261,9 +258,6 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     began = time.monotonic()
     c.run(KUBECTL, "apply", "-f", str(root))
 
-    def established() -> float | None:
-        return _established(c)
-
     seen: dict[str, float] = {}
     clicks: list[float] = []
 
@@ -275,7 +269,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
         # default), and a CRD becoming Established is one: the CRDs' Application can read
         # Progressing until its next periodic refresh (167 s in the first run here). A user
         # clicks Refresh; so does the test, once the CRDs are served, and counts the clicks.
-        stuck = gitops.state(CRDS_APP)[:2] == ("Synced", "Progressing") and established() is not None
+        stuck = gitops.state(CRDS_APP)[:2] == ("Synced", "Progressing") and _established(c) is not None
         if stuck and (not clicks or time.monotonic() - began - clicks[-1] > 10):
             clicks.append(time.monotonic() - began)
             gitops.refresh(CRDS_APP)
@@ -291,7 +285,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     # before was Healthy (the chart's once the CRDs were Established, the configuration's
     # once the controller's pods were Ready).
     created = {n: _seconds(gitops.app(n)["metadata"]["creationTimestamp"]) for n in (CRDS_APP, CHART_APP, CONFIG_APP)}  # type: ignore[index]
-    served = established()
+    served = _established(c)
     assert served is not None
     pods_ready = max(
         _seconds(cond["lastTransitionTime"])
@@ -329,7 +323,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     # has 2 CPUs; two controller replicas and the web pod book 100m each; the web pod alone
     # is managed, in pool batch (no multiplier cap): 100m + 1700m.
     sha, pushed = gitops.push(
-        "Headroom: out of dry-run", {CONFIG: gitops.edit(CONFIG, "dryRun: true", "dryRun: false")}
+        "Headroom: out of dry-run", {CONFIG: gitops.git.edit(CONFIG, "dryRun: true", "dryRun: false")}
     )
     assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
     wait("the web pod's fair limit", lambda: _limit(c) == 1800, timeout=120)
@@ -348,7 +342,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     # retries it), and the refused object is not changed.
     good = gitops.git.read(CONFIG).encode()
     sha, _ = gitops.push(
-        "batch: a negative multiplier", {CONFIG: gitops.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
+        "batch: a negative multiplier", {CONFIG: gitops.git.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
     )
     refused = gitops.refused(CONFIG_APP, sha)
     assert "spec.maxMultiplier" in refused[1], refused
@@ -436,7 +430,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     # new generation a verdict, so the configuration stays Progressing, saying what it waits
     # for.
     auto = "    automated: {prune: true, selfHeal: true}\n    syncOptions: [CreateNamespace=true"
-    manual = gitops.edit(APPLICATIONS, auto, "    syncOptions: [CreateNamespace=true")
+    manual = gitops.git.edit(APPLICATIONS, auto, "    syncOptions: [CreateNamespace=true")
     gitops.push("kube-headroom: manual sync while we stop it", {APPLICATIONS: manual}, ROOT_APP)
     wait(
         "automated sync off",
@@ -447,7 +441,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     wait("the controller gone", lambda: not c.controller_pods(), timeout=120)
     sha, _ = gitops.push(
         "Exclude a sidecar",
-        {CONFIG: gitops.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
+        {CONFIG: gitops.git.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
     )
     assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
     generation = api.get(HRC)["metadata"]["generation"]

@@ -65,11 +65,6 @@ class GitOps:
                 f"{name}: {self.ready(name)}\n{self.flux.log_tail('kustomize-controller', 15)}"
             ) from None
 
-    def edit(self, path: str, old: str, new: str) -> bytes:
-        text = self.git.read(path)
-        assert old in text, (path, old)
-        return text.replace(old, new).encode()
-
 
 @pytest.fixture(scope="module")
 def gitops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitOps]:
@@ -98,7 +93,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     gitops.git.commit(
         "Install the image we built",
         {
-            "examples/gitops/flux/controller/helmrelease.yaml": gitops.edit(
+            "examples/gitops/flux/controller/helmrelease.yaml": gitops.git.edit(
                 "examples/gitops/flux/controller/helmrelease.yaml",
                 "repository: registry.example.com/platform/kube-headroom # the image you built (docs/install.md)",
                 "repository: headroom.local/kube-headroom\n      pullPolicy: Never",
@@ -134,7 +129,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     # 2 CPUs; two controller replicas and the app book 100m each; the app alone is managed,
     # in pool batch (no multiplier cap): 100m + 1700m.
     sha, pushed = gitops.push(
-        "Headroom: out of dry-run", {CONFIG: gitops.edit(CONFIG, "dryRun: true", "dryRun: false")}
+        "Headroom: out of dry-run", {CONFIG: gitops.git.edit(CONFIG, "dryRun: true", "dryRun: false")}
     )
     wait("the app's fair limit", lambda: limit(api, "team", "app") == 1800, timeout=120)
     active_at = time.monotonic() - pushed
@@ -144,7 +139,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     # A profile the API server refuses: Flux's dry-run fails, nothing is applied.
     good = gitops.git.read(CONFIG).encode()
     sha, _ = gitops.push(
-        "batch: a negative multiplier", {CONFIG: gitops.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
+        "batch: a negative multiplier", {CONFIG: gitops.git.edit(CONFIG, "maxMultiplier: 0", "maxMultiplier: -1")}
     )
     status, reason, message, _ = gitops.settled("kube-headroom-config", sha)
     refused = (status, reason, message)
@@ -189,7 +184,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
           "-p", '{"spec": {"timeout": "20s"}}')  # fmt: skip
     sha, _ = gitops.push(
         "Exclude a sidecar",
-        {CONFIG: gitops.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
+        {CONFIG: gitops.git.edit(CONFIG, "containers: [istio-proxy]", "containers: [istio-proxy, linkerd-proxy]")},
     )
     status, reason, message, _ = gitops.settled("kube-headroom-config", sha, timeout=90)
     stopped = (status, reason, message)

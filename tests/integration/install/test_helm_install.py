@@ -263,9 +263,18 @@ def test_a_killed_leader_an_upgrade_an_uninstall_and_a_reinstall_write_nothing_t
     leader = cluster.leader()
     deleted = time.monotonic()
     cluster.run(KUBECTL, "delete", "pod", "-n", NS, leader, "--wait=false")
+    standby = next(p for p in cluster.ready() if p != leader)
     new_leader = wait("a new leader", lambda: (holder := cluster.leader()) != leader and holder, timeout=60)
     takeover = time.monotonic() - deleted
-    assert takeover < 15 + 2 + 5 and new_leader in cluster.ready()
+    assert takeover < 15 + 2 + 5
+    # The Lease goes to whoever asks first: the standby, or the pod the ReplicaSet starts in
+    # the deleted one's place (it campaigns as it starts, before its caches are synced and it
+    # is Ready; it writes nothing until they are). Either way the leader becomes Ready.
+    wait("the new leader Ready", lambda: new_leader in cluster.ready(), timeout=60)
+    print(
+        f"\nleader deleted: the Lease went to {'the standby' if new_leader == standby else 'its replacement'} "
+        f"{takeover:.1f}s later"
+    )
     wait("two Ready replicas again", lambda: len(cluster.ready()) == 2)
     # A new pod during all this still gets its limits; the converged one is not written again.
     kubectl_run(cluster, "second")

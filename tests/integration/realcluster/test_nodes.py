@@ -99,7 +99,7 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
             f"\nkubelet restarted with 1500m reserved in {restart:.1f}s; every limit cut {cut:.2f}s after the node said "
             f"so, every CFS quota {quotas_at:.1f}s after; resizes the kubelet lost and Headroom sent again: {resent}"
         )
-        assert cut < 2.0, f"an allocatable drop took {cut:.1f}s to cut (debounce is 6s)"
+        assert cut < 6.0, f"an allocatable drop took {cut:.1f}s to cut: it waited for the 6 s debounce"
         # The raise waits for the debounce, which runs from the first event of a burst: the
         # kubelet's restart reports the pods' statuses before the node's new allocatable, and
         # those start it (a fresh-clone CI run saw `c` rise 3 s after the allocatable, 6 s after
