@@ -74,7 +74,10 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     # The kernel's bound is the mechanism: never above a fifth of a core (plus a period's
     # slack) at 200m, never throttled at one core. What the thread gets at one core depends
     # on what else the machine runs: printed above, not bounded.
-    assert used_before < 0.22 and before > 0.1, (used_before, before)
+    # How often the container's own cgroup counts a throttled period is no bound either: the
+    # pod's cgroup holds the same quota, and the kernel may count the throttling there (0 % in
+    # the container's cgroup in one fresh-clone CI run, at exactly 0.200 cores).
+    assert used_before < 0.22, (used_before, before)
     assert after < 0.05, (used_after, after)
 
 
