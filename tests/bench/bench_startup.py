@@ -2,6 +2,7 @@
 
     python tests/bench/bench_startup.py                 # 150,000 pods on 5,000 nodes
     python tests/bench/bench_startup.py --pods 20000 --nodes 700
+    python tests/bench/bench_startup.py --baseline /tmp/old/controller   # that tree measured too
 
 A loopback HTTP server (`fakeapi.py`, a fake for scale: it serves what the API server
 serves for list and watch — paginated `limit`/`continue` lists of the same JSON, WatchList
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -87,9 +89,12 @@ time.sleep(2)
 """
 
 
-def measure(cmd: list[str], marker: bytes, settle: float) -> dict[str, float]:
+def measure(cmd: list[str], marker: bytes, settle: float, tree: str | None = None) -> dict[str, float]:
+    """The process's figures at sync and `settle` seconds later; `tree`: the controller
+    package to import instead of this checkout's (another checkout's controller/)."""
+    env = {**os.environ, "PYTHONPATH": tree} if tree else None
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     out: dict[str, float] = {}
     reader_lines: list[bytes] = []
@@ -131,6 +136,10 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=150_000)
     ap.add_argument("--nodes", type=int, default=5_000)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after sync before the last sample")
+    ap.add_argument(
+        "--baseline",
+        help="a controller tree (e.g. an older checkout's controller/) measured first, on the same cluster",
+    )
     args = ap.parse_args()
     started = time.perf_counter()
     cluster = make_cluster(args.pods, args.nodes)
@@ -145,6 +154,7 @@ def main() -> None:
         run = [sys.executable, "-m", "headroom", "run", "--kubeconfig", str(kubeconfig), "--no-leader-elect"]
         run += ["--metrics-port", "0", "--health-port", "0"]
         cluster.watch_list = True
+        before = measure(run, b"caches synced", args.settle, args.baseline) if args.baseline else None
         ours = measure(run, b"caches synced", args.settle)
         cluster.watch_list = False  # as a server without WatchList: paginated lists
         pages = measure(run, b"caches synced", args.settle)
@@ -156,11 +166,15 @@ def main() -> None:
                 "headroom run (WatchList)": ours,
                 "headroom run (paginated)": pages,
                 "baseline (whole list decoded)": base,
+                **({f"headroom run (WatchList) of {args.baseline}": before} if before else {}),
             },
             indent=1,
         )
     )
-    for name, r in (("WatchList stream", ours), ("paginated list", pages)):
+    runs = [("WatchList stream", ours), ("paginated list", pages)]
+    if before:
+        runs.insert(0, (f"WatchList stream, {args.baseline}", before))
+    for name, r in runs:
         print(
             f"headroom run, {name}: synced in {r['sync_s']:.1f}s, peak RSS {r['peak_mb']:.0f} MB "
             f"({r['peak_mb'] / max(r['rss_after_mb'], 1):.2f}x the RSS after sync, {r['rss_after_mb']:.0f} MB), "
