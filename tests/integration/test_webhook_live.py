@@ -364,7 +364,12 @@ def test_stalled_clients_cannot_hold_admissions(
             time.sleep(0.3)
         for t in stallers:
             t.start()
-        time.sleep(2.0)  # every staller connected, the first ones answered and back again
+        # The stallers connected and the first ones answered (the server's deadline) and back
+        # again: the reviews below meet a server in the middle of it.
+        deadline = time.monotonic() + 30
+        while not answers:
+            assert time.monotonic() < deadline, "no stalled client was ever answered"
+            time.sleep(0.1)
         with ThreadPoolExecutor(20) as pool:
             honest = list(pool.map(lambda i: create(api, namespace, f"honest-{i}"), range(20)))
         slowest = max(t for _, t in honest)
