@@ -56,16 +56,27 @@ def wait_limit_range_enforced(api: Api, ns: str, node: str, timeout: float = 15.
     100 cores, above any max here, is refused."""
     body = pod("limitrange-probe", namespace=ns, node=node, containers=[container(cpu="200m", limit="100")])
     body["status"] = {}
+    return wait_refused(
+        f"a LimitRange of {ns}", lambda: api.post(f"/api/v1/namespaces/{ns}/pods", body, DRY_RUN), timeout
+    )
+
+
+DRY_RUN = {"dryRun": "All"}
+
+
+def wait_refused(what: str, send: Callable[[], Any], timeout: float) -> float:
+    """Seconds until `send()` (a server-side dry run) is refused with 403: an admission rule
+    just created (a LimitRange, a ValidatingAdmissionPolicy) is read from a cache."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         try:
-            api.post(f"/api/v1/namespaces/{ns}/pods", body, {"dryRun": "All"})
+            send()
         except ApiError as exc:
             if exc.status == 403:
                 return time.monotonic() - start
             raise
         time.sleep(0.1)
-    raise AssertionError(f"no LimitRange of {ns} enforced within {timeout}s")
+    raise AssertionError(f"{what}: not enforced within {timeout}s")
 
 
 def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:

@@ -133,6 +133,11 @@ class RunningController:
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
 
+    def queued(self) -> float:
+        """headroom_workqueue_depth: nodes waiting to be reconciled."""
+        text = self.http("/metrics", self.metrics_port)[1]
+        return float(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("headroom_workqueue_depth ")))
+
     def logs(self) -> list[dict[str, Any]]:
         out = []
         for line in self.log_path.read_text().splitlines():

@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 from ruamel.yaml import YAML
 
 from chart import TOOLS
-from cluster_helpers import cpu_limits, headroom_cli
-from headroom.cluster.api import Api, ApiError
+from cluster_helpers import DRY_RUN, cpu_limits, headroom_cli, wait_refused
+from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError
 from headroom.core.quantity import cpu_milli
 from realnode_helpers import firing, start_prometheus, wait_running
 from testbed.controlplane import free_port
@@ -212,7 +212,11 @@ def test_each_alert_of_the_chart_fires_for_its_cause_on_the_real_cluster_and_res
             },
         )
         try:
-            time.sleep(2)  # the API server picks the policy up
+            grow = api.get(f"/api/v1/namespaces/{namespace}/pods/grow")["spec"]["containers"]
+            same = {"spec": {"containers": [{"name": c["name"], "resources": c["resources"]} for c in grow]}}
+            resize = f"/api/v1/namespaces/{namespace}/pods/grow/resize"
+            took = wait_refused("the freeze", lambda: api.patch(resize, same, STRATEGIC_PATCH, DRY_RUN), 30)
+            figures.append(f"the freeze refused a dry-run resize {took:.1f}s after its binding was created")
             for name in ("frozen-a", "frozen-b"):
                 api.post(
                     f"/api/v1/namespaces/{namespace}/pods", busy_pod(name, real_node.name, "10m", None, busy=False)

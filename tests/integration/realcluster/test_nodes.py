@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from typing import Any
 
 from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
 from headroom.cluster.api import ApiError, pod_path
@@ -106,7 +105,7 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
         # the restart began). So: once the controller has nothing queued, no recompute (and so
         # no raise) can come sooner than the debounce after the restart begins.
         deadline = time.monotonic() + 30
-        while _queued(c) != 0:
+        while c.queued() != 0:
             assert time.monotonic() < deadline, "the controller never went idle after the cut"
             time.sleep(0.2)
         began = time.monotonic()
@@ -129,12 +128,6 @@ def test_a_reservation_raised_on_the_kubelet_cuts_limits_at_once_and_a_lowered_o
     finally:
         if second_node.cpu_reserved != "1":
             second_node.restart_kubelet("1")
-
-
-def _queued(c: Any) -> float:
-    """The controller's headroom_workqueue_depth: nodes waiting to be reconciled."""
-    text = c.http("/metrics", c.metrics_port)[1]
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("headroom_workqueue_depth ")))
 
 
 def test_the_kubelets_iptables_chains_go_when_the_last_node_stops(monkeypatch, real_node):

@@ -277,10 +277,22 @@ def test_raises_stay_inside_a_quota_the_quota_controller_counts(
     headroom_config()
     c, _ = webhook_controller("headroom-quota")
     deploy(api, namespace, "quota", 3, limited=True)
-    time.sleep(8)  # the raises that fit are written; nothing more can be
-    pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
-    total = sum(cpu_milli(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in pods)
-    used = api.get(f"/api/v1/namespaces/{namespace}/resourcequotas/cpu")["status"]["used"]["limits.cpu"]
+
+    def held() -> tuple[list[dict[str, Any]], int, str]:
+        pods = api.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": "app=quota"})["items"]
+        total = sum(cpu_milli(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in pods)
+        return (
+            pods,
+            total,
+            api.get(f"/api/v1/namespaces/{namespace}/resourcequotas/cpu")["status"]["used"]["limits.cpu"],
+        )
+
+    # The raises that fit are written, and the controller has nothing left to do.
+    deadline = time.monotonic() + 60
+    while (state := held())[1] <= 600 or c.queued() != 0:
+        assert time.monotonic() < deadline, (state[1:], c.logs()[-5:])
+        time.sleep(0.3)
+    pods, total, used = held()
     denied = [r for r in c.logs() if r.get("result") == "quota-denied"]
     print(f"\nquota 1 CPU of limits: the three pods hold {format_milli(total)}, the quota controller counts {used}")
     assert total <= 1000 and cpu_milli(used) == total, (total, used)
