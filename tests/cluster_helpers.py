@@ -31,6 +31,9 @@ K8S_VERSION = os.environ.get("HEADROOM_K8S_VERSION") or NEWEST_K8S
 K8S_MINOR = int(K8S_VERSION.split(".")[1])
 
 
+DRY_RUN = {"dryRun": "All"}  # a server-side dry run: admission judges, nothing is stored
+
+
 def headroom_cli(
     kubeconfig: Path | str, command: str, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
@@ -59,9 +62,6 @@ def wait_limit_range_enforced(api: Api, ns: str, node: str, timeout: float = 15.
     return wait_refused(
         f"a LimitRange of {ns}", lambda: api.post(f"/api/v1/namespaces/{ns}/pods", body, DRY_RUN), timeout
     )
-
-
-DRY_RUN = {"dryRun": "All"}
 
 
 def wait_refused(what: str, send: Callable[[], Any], timeout: float) -> float:
