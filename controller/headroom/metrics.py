@@ -262,26 +262,45 @@ class Metrics:
         self.deferred.set(self._deferred)
 
 
+RENDER_EVERY = 1.0  # seconds an exposition is shared between scrapes
+
+
 def serve(
-    metrics: Metrics,
     port: int,
-    healthy: Callable[[], tuple[bool, str]],
-    ready: Callable[[], tuple[bool, str]],
     host: str = "0.0.0.0",
+    *,
+    metrics: Metrics | None = None,
+    healthy: Callable[[], tuple[bool, str]] | None = None,
+    ready: Callable[[], tuple[bool, str]] | None = None,
 ) -> Any:
-    """/metrics, /healthz and /readyz on one port, on a loop thread of its own behind the
-    connection guard of `serving` (an idle client holds no thread; headers have a
-    deadline). The exposition is rendered on a worker thread: a large one never holds the
-    probes. Returns the started server (`shutdown()` stops it)."""
+    """/metrics (with `metrics`) and the probes /healthz, /livez, /readyz (with `healthy`
+    and `ready`) on one port, on a loop thread of its own behind the connection guard of
+    `serving` (an idle client holds no thread; headers and answers have deadlines). The
+    controller serves the two on separate ports, so that the probe port can stay open to
+    all while the metrics port is closed by the NetworkPolicy, and no scrape delays a
+    probe. The exposition is rendered on a worker thread, one render at a time, at most
+    once per RENDER_EVERY seconds and shared by the scrapes meanwhile. Returns the started
+    server (`shutdown()` stops it)."""
     from aiohttp import web  # here, not at the top: importing the metrics stays light
 
     from .serving import LoopServer
 
-    async def scrape(request: web.Request) -> web.Response:
-        loop = asyncio.get_running_loop()
-        accept = request.headers.get("Accept", "")
-        data, content_type = await loop.run_in_executor(None, _exposition, metrics.registry, accept)
-        return web.Response(body=data, headers={"Content-Type": content_type})
+    routes: list[tuple[str, str, Any]] = []
+    if metrics is not None:
+        registry = metrics.registry
+        rendered: dict[str, tuple[float, bytes]] = {}  # content type -> (when, exposition)
+        rendering = asyncio.Lock()
+
+        async def scrape(request: web.Request) -> web.Response:
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            async with rendering:  # one render at a time; the others take its result
+                when, data = rendered.get(content_type, (0.0, b""))
+                if time.monotonic() - when >= RENDER_EVERY:
+                    data = await asyncio.get_running_loop().run_in_executor(None, encoder, registry)
+                    rendered[content_type] = (time.monotonic(), data)
+            return web.Response(body=data, headers={"Content-Type": content_type})
+
+        routes.append(("GET", "/metrics", scrape))
 
     def probe(check: Callable[[], tuple[bool, str]], what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def answer(request: web.Request) -> web.Response:
@@ -290,15 +309,10 @@ def serve(
 
         return answer
 
-    routes = [
-        ("GET", "/metrics", scrape),
-        ("GET", "/healthz", probe(healthy, "healthy")),
-        ("GET", "/livez", probe(healthy, "healthy")),
-        ("GET", "/readyz", probe(ready, "ready")),
-    ]
-    return LoopServer("metrics", host, port, routes).start()
-
-
-def _exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
-    encoder, content_type = choose_encoder(accept)
-    return encoder(registry), content_type
+    if healthy is not None and ready is not None:
+        routes += [
+            ("GET", "/healthz", probe(healthy, "healthy")),
+            ("GET", "/livez", probe(healthy, "healthy")),
+            ("GET", "/readyz", probe(ready, "ready")),
+        ]
+    return LoopServer("metrics" if metrics is not None else "probes", host, port, routes).start()

@@ -1,27 +1,37 @@
-"""The controller's two HTTP servers (the webhook, and /metrics with the probes) on one
-shape: an aiohttp application on its own asyncio loop in a background thread, behind a
-connection guard. asyncio holds an idle connection as a few kilobytes, not a thread;
-the guard bounds what any client can hold:
+"""Headroom's HTTP servers (the webhook, /metrics, the probes) on one shape: an aiohttp
+application on its own asyncio loop in a background thread, behind a connection guard.
+asyncio holds an idle connection as a few kilobytes, not a thread; the guard bounds what
+any client can hold, from the moment its TCP connection is accepted:
 
-- a request's headers must arrive within `header_timeout` of the connection being made
-  (or of the request's first byte on a kept-alive connection), else it is closed;
-- one client address holds at most `max_per_client` connections; a new one past that
-  takes the place of the oldest of that address that is idle or still sending headers
-  (so a flood from a shared address shuts out an honest client from it for at most the
-  header deadline), and is refused only when every one of them is in a request;
-- the bytes of requests not yet answered, across all connections, stay under
-  `max_pending_bytes`: the connection that would pass it is closed, so the process's
-  memory holds under any mix of nearly complete bodies.
+- connections: at most `max_connections` in all (past it a new one is closed at once),
+  and `max_per_client` per client address: a new one past that takes the place of the
+  oldest of that address that is not yet being answered (handshaking, sending headers or
+  its body, or idle), and is refused only when every one of them is being answered;
+- time: the TLS handshake, the headers (`header_timeout` from the connection or from the
+  request's first byte) and the answer (`write_timeout`: a client that does not read its
+  answer is cut) each have a deadline;
+- request bytes held until their answer is written: at most `max_pending_bytes` in all,
+  `max_pending_per_client` per address. Requests larger than SMALL_REQUEST may fill only
+  up to `max_pending_bytes - small_reserve`: the large request that crosses a bound is
+  closed, and a small one past the whole bound closes the largest large ones being
+  received, so large or trickled bodies never crowd out ordinary small ones;
+- answer bytes not yet written: at most `max_response_bytes`; past it the connection that
+  has waited longest for its client to read is closed.
 
+The soft open-file limit is raised to the hard one when the first server starts, and
+accept failures (out of file descriptors) are logged once a minute, not once per try.
 Idle kept-alive connections are closed by aiohttp after its keep-alive timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,144 +41,320 @@ from aiohttp import web
 log = logging.getLogger("headroom.serving")
 
 HEADER_END = b"\r\n\r\n"
+SMALL_REQUEST = 64 * 1024  # a request this size or less may use the small-request reserve
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     header_timeout: float = 2.0
     max_per_client: int = 128
+    max_connections: int = 4096
     max_pending_bytes: int = 48 * 1024 * 1024
+    max_pending_per_client: int = 16 * 1024 * 1024
+    small_reserve: int = 0
+    max_response_bytes: int = 64 * 1024 * 1024
+    write_timeout: float = 10.0
     keepalive_timeout: float = 30.0
+
+
+class _Every:
+    """Says yes at most once per `seconds` for each key: a log line per interval."""
+
+    def __init__(self, seconds: float = 60.0) -> None:
+        self.seconds, self.last = seconds, dict[str, float]()
+        self.suppressed = dict[str, int]()
+
+    def due(self, key: str) -> int | None:
+        """None when the key was said within the interval; else how many times it was not."""
+        now = time.monotonic()
+        if now - self.last.get(key, -self.seconds) < self.seconds:
+            self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return None
+        self.last[key] = now
+        return self.suppressed.pop(key, 0)
 
 
 class _Guard:
     """Shared bookkeeping of one server's connections (event loop thread only)."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
+    def __init__(self, limits: Limits, name: str) -> None:
+        self.limits, self.name = limits, name
         self.by_client: dict[str, dict[_Guarded, None]] = {}  # insertion order: oldest first
-        self.by_transport: dict[int, _Guarded] = {}
-        self.pending = 0  # bytes of requests not yet answered, every connection
+        self.by_transport: dict[int, _Guarded] = {}  # the transport the application sees
+        self.open = 0  # TCP connections, from accept
+        self.pending = 0  # request bytes held until their answer is written, every connection
+        self.pending_by_client: dict[str, int] = {}
+        self.responses = 0  # answer bytes not yet written
+        self.said = _Every()
+        self.closed: dict[str, int] = {}  # why -> connections the guard closed, for tests and metrics
+
+    def conn(self, transport: asyncio.BaseTransport | None) -> _Guarded | None:
+        return self.by_transport.get(id(transport)) if transport is not None else None
+
+    def shed(self, conn: _Guarded, why: str) -> None:
+        """Close `conn` for `why`, counted and logged once a minute per reason."""
+        self.closed[why] = self.closed.get(why, 0) + 1
+        quiet = self.said.due(why)
+        if quiet is not None:
+            log.warning(
+                "connection closed: " + why,
+                extra={"server": self.name, "client": conn.address, "also_closed_since_last_said": quiet},
+            )
+        conn.close()
+
+    # --- called by the server around a request --------------------------------------------
+    def body_read(self, transport: asyncio.BaseTransport | None) -> None:
+        conn = self.conn(transport)
+        if conn is not None and conn.phase in (_Guarded.HEADERS, _Guarded.BODY):
+            conn.phase = _Guarded.ANSWERING
+
+    def responding(self, transport: asyncio.BaseTransport | None, size: int) -> None:
+        """An answer of `size` bytes is being written: held until `answered`. Past the
+        bound, the connections that have waited longest for their client to read go."""
+        conn = self.conn(transport)
+        if conn is None:
+            return
+        conn.phase, conn.response, conn.since = _Guarded.WRITING, size, time.monotonic()
+        self.responses += size
+        while self.responses > self.limits.max_response_bytes:
+            writing = [c for c in self.by_transport.values() if c.phase == _Guarded.WRITING and c is not conn]
+            if not writing:
+                break
+            self.shed(min(writing, key=lambda c: c.since), "answers not read by their clients over the bound")
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
-        conn = self.by_transport.get(id(transport)) if transport is not None else None
+        conn = self.conn(transport)
         if conn is not None:
-            conn.answered()
+            conn.release()
+            conn.phase, conn.tail = _Guarded.IDLE, b""
+
+    # --- request bytes ----------------------------------------------------------------
+    def largest_receiving(self) -> _Guarded | None:
+        """The connection holding the most bytes of a large request still being received."""
+        best: _Guarded | None = None
+        for c in self.by_transport.values():
+            receiving = c.phase in (_Guarded.HEADERS, _Guarded.BODY) and c.bytes > SMALL_REQUEST
+            if receiving and (best is None or c.bytes > best.bytes):
+                best = c
+        return best
 
 
 class _Guarded(asyncio.Protocol):
-    """aiohttp's protocol for one connection, with the guard's checks around it."""
+    """aiohttp's protocol for one connection, with the guard's checks around it. Made at
+    TCP accept; with TLS it runs the handshake itself (loop.start_tls), so the guard
+    counts a connection before its handshake as well as after."""
 
-    HEADERS, REQUEST, IDLE = "headers", "request", "idle"
+    HANDSHAKE, HEADERS, BODY, ANSWERING, WRITING, IDLE = "handshake", "headers", "body", "answering", "writing", "idle"
 
-    def __init__(self, inner: asyncio.Protocol, guard: _Guard) -> None:
-        self.inner, self.guard = inner, guard
+    def __init__(
+        self, inner: asyncio.Protocol, guard: _Guard, context: ssl.SSLContext | None, handshake: float
+    ) -> None:
+        self.inner, self.guard, self.context, self.handshake = inner, guard, context, handshake
         self.address: str | None = None
-        self.transport: asyncio.BaseTransport | None = None
-        self.phase = self.HEADERS
-        self.bytes = 0  # of the request in progress
+        self.raw: asyncio.BaseTransport | None = None  # the TCP connection
+        self.transport: asyncio.BaseTransport | None = None  # what aiohttp sees (TLS or TCP)
+        self.made = False  # aiohttp has been given the connection
+        self.phase = self.HANDSHAKE
+        self.bytes = 0  # of the request in progress, until its answer is written
+        self.response = 0  # bytes of the answer being written
+        self.since = time.monotonic()
         self.tail = b""
+        self.early: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
 
     # --- the guard's checks -------------------------------------------------------------
-    def _close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            abort = getattr(self.transport, "abort", None)
-            (abort or self.transport.close)()
+    def close(self) -> None:
+        for t in (self.transport, self.raw):
+            if t is not None and not t.is_closing():
+                abort = getattr(t, "abort", None)
+                (abort or t.close)()
+        self._forget()
 
-    def _deadline(self) -> None:
+    def _deadline(self, seconds: float | None = None) -> None:
         self._cancel_timer()
         loop = asyncio.get_running_loop()
-        self.timer = loop.call_later(self.guard.limits.header_timeout, self._close)
+        self.timer = loop.call_later(self.guard.limits.header_timeout if seconds is None else seconds, self.close)
 
     def _cancel_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
-    def _release(self) -> None:
-        self.guard.pending -= self.bytes
-        self.bytes = 0
+    def release(self) -> None:
+        g = self.guard
+        if self.bytes and self.address is not None:
+            g.pending -= self.bytes
+            left = g.pending_by_client.get(self.address, 0) - self.bytes
+            if left > 0:
+                g.pending_by_client[self.address] = left
+            else:
+                g.pending_by_client.pop(self.address, None)
+        g.responses -= self.response
+        self.bytes = self.response = 0
 
-    def answered(self) -> None:
-        self._release()
-        self.phase, self.tail = self.IDLE, b""
+    def unsent(self) -> int:
+        """Bytes written to this connection that the kernel has not taken yet."""
+        return sum(
+            t.get_write_buffer_size()
+            for t in (self.transport, self.raw)
+            if isinstance(t, asyncio.WriteTransport) and not t.is_closing()
+        )
 
     def evictable(self) -> bool:
-        return self.phase != self.REQUEST
+        """Not while its answer is being decided or written."""
+        return self.phase not in (self.ANSWERING, self.WRITING)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        conns = self.guard.by_client.setdefault(address, {})
-        if len(conns) >= self.guard.limits.max_per_client:
-            oldest = next((c for c in conns if c.evictable()), None)
-            if oldest is None:  # every one of them is in a request: refuse this one
+        g = self.guard
+        self.raw = transport
+        if g.open >= g.limits.max_connections:
+            g.shed(self, "too many connections")
+            return
+        conns = g.by_client.setdefault(address, {})
+        if len(conns) >= g.limits.max_per_client:
+            oldest = next((c for c in conns if c.evictable()), None)  # insertion order: oldest first
+            if oldest is None:  # every one of them is being answered: refuse this one
                 if not conns:
-                    del self.guard.by_client[address]
-                transport.close()
+                    del g.by_client[address]
+                g.shed(self, "too many connections from one address")
                 return
-            oldest._close()
-            oldest._forget()
+            g.shed(oldest, "too many connections from one address")
         conns[self] = None
-        self.address, self.transport = address, transport
+        g.open += 1
+        self.address = address
+        # The handshake's deadline (asyncio's own is the same); the header deadline starts after it.
+        self._deadline(None if self.context is None else self.handshake)
+        if self.context is None:
+            self._made(transport)
+        else:
+            asyncio.get_running_loop().create_task(self._tls(transport))
+
+    async def _tls(self, raw: asyncio.BaseTransport) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(
+                raw,  # type: ignore[arg-type]
+                self,
+                self.context,  # type: ignore[arg-type]
+                server_side=True,
+                ssl_handshake_timeout=self.handshake,
+            )
+        except Exception:  # a failed or timed-out handshake, or the guard closed it meanwhile
+            self.close()
+            return
+        if tls is None or self.address is None:  # closed meanwhile
+            if tls is not None:
+                tls.abort()
+            return
+        self._made(tls)
+
+    def _made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
         self.guard.by_transport[id(transport)] = self
+        self.phase = self.HEADERS
         self._deadline()
+        self.made = True
         self.inner.connection_made(transport)
+        early, self.early = self.early, []
+        for data in early:
+            if self.address is None:
+                return
+            self.inner.data_received(data)
 
     def _forget(self) -> None:
         if self.address is None:
             return
+        g = self.guard
         self._cancel_timer()
-        self._release()
-        conns = self.guard.by_client.get(self.address)
+        self.release()
+        conns = g.by_client.get(self.address)
         if conns is not None:
             conns.pop(self, None)
             if not conns:
-                del self.guard.by_client[self.address]
-        self.guard.by_transport.pop(id(self.transport), None)
+                del g.by_client[self.address]
+        if self.transport is not None:
+            g.by_transport.pop(id(self.transport), None)
+        g.open -= 1
         self.address = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.transport is None:
-            return  # refused at connection_made: aiohttp never saw it
         self._forget()
-        self.inner.connection_lost(exc)
+        if self.made:
+            self.made = False
+            self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.address is None:
             return
+        g, limits, address = self.guard, self.guard.limits, self.address
         self.bytes += len(data)
-        self.guard.pending += len(data)
-        if self.guard.pending > self.guard.limits.max_pending_bytes:
-            log.warning("connection closed: unanswered request bytes over the bound", extra={"client": self.address})
-            self._close()
-            self._forget()
-            return
+        g.pending += len(data)
+        g.pending_by_client[address] = g.pending_by_client.get(address, 0) + len(data)
         if self.phase == self.IDLE:
             self.phase = self.HEADERS
             self._deadline()
         if self.phase == self.HEADERS:
             seen = self.tail + data
             if HEADER_END in seen:
-                self.phase = self.REQUEST
+                self.phase = self.BODY
                 self._cancel_timer()
             else:
                 self.tail = seen[-3:]
+        # Over a bound. A large request that crosses one is closed itself (its client sent
+        # the most, and bytes not read stay out of this process); a small one past the whole
+        # bound makes room by closing the largest large requests being received.
+        if g.pending_by_client.get(address, 0) > limits.max_pending_per_client:
+            g.shed(self, "request bytes from one address over the bound")
+            return
+        if self.bytes > SMALL_REQUEST and g.pending > limits.max_pending_bytes - limits.small_reserve:
+            g.shed(self, "unanswered request bytes over the bound")
+            return
+        while g.pending > limits.max_pending_bytes:
+            victim = g.largest_receiving() or self
+            g.shed(victim, "unanswered request bytes over the bound")
+            if victim is self:
+                return
+        if self.address is None:
+            return
+        if not self.made:  # decrypted along with the handshake's end, before start_tls returned
+            self.early.append(data)
+            return
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.address is not None else None
+        return self.inner.eof_received() if self.made else None
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        if self.made:
+            self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        if self.made:
+            self.inner.resume_writing()
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_fd_limit_lock = threading.Lock()
+_fd_limit_raised = False
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """The soft open-file limit up to the hard one (no privilege needed): connections and
+    the controller's own API connections share one process's descriptors. Returns the
+    (soft, hard) limits in force."""
+    global _fd_limit_raised
+    with _fd_limit_lock:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if not _fd_limit_raised and soft != hard:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+        _fd_limit_raised = True
+        return soft, hard
 
 
 class LoopServer:
@@ -191,22 +377,60 @@ class LoopServer:
         self.name, self.host, self.port, self.routes = name, host, port, routes
         self.context, self.limits, self.client_max_size = context, limits, client_max_size
         self.handshake_timeout, self.on_start = handshake_timeout, on_start
-        self.guard = _Guard(limits)
+        self.guard = _Guard(limits, name)
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(self._loop_error)
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._error: BaseException | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio reports a failed accept (no file descriptors left) once per try, every
+        second: said once a minute here, with how often it happened meanwhile."""
+        message = str(context.get("message", ""))
+        key = "accept" if "accept" in message else message[:80]
+        quiet = self.guard.said.due("loop: " + key)
+        if quiet is not None:
+            log.warning(
+                f"{self.name} server: {message}",
+                extra={"error": str(context.get("exception") or ""), "also_since_last_said": quiet},
+            )
+
     @web.middleware
     async def _answered(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The answer is written here, under the write deadline, and the request's bytes
+        stay held until it is."""
+        transport = request.transport
         try:
-            return await handler(request)
+            resp = await handler(request)
+            if isinstance(resp, web.Response) and transport is not None:
+                body = resp.body
+                self.guard.responding(transport, len(body) if isinstance(body, bytes | bytearray) else 0)
+                try:
+                    await asyncio.wait_for(self._write(request, resp), self.limits.write_timeout)
+                except TimeoutError:
+                    conn = self.guard.conn(transport)
+                    if conn is not None:
+                        self.guard.shed(conn, "the client did not read its answer in time")
+                except ConnectionError:
+                    pass
+            return resp
         finally:
-            self.guard.answered(request.transport)
+            self.guard.answered(transport)
+
+    async def _write(self, request: web.Request, resp: web.Response) -> None:
+        """Until the answer has left the process: a TLS transport takes a large write
+        whole and stops only its next one, so the TCP buffer under it is watched too."""
+        await resp.prepare(request)
+        await resp.write_eof()
+        conn = self.guard.conn(request.transport)
+        while conn is not None and conn.address is not None and conn.unsent():
+            await asyncio.sleep(0.02)
 
     async def _start(self) -> None:
+        raise_open_file_limit()
         app = web.Application(client_max_size=self.client_max_size, middlewares=[self._answered])
         for method, path, handler in self.routes:
             app.router.add_route(method, path, handler)
@@ -215,13 +439,11 @@ class LoopServer:
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        factory, guard = self._runner.server, self.guard
+        factory, guard, context, handshake = self._runner.server, self.guard, self.context, self.handshake_timeout
         self._server = await self.loop.create_server(
-            lambda: _Guarded(factory(), guard),
+            lambda: _Guarded(factory(), guard, context, handshake),
             self.host,
             self.port,
-            ssl=self.context,
-            ssl_handshake_timeout=self.handshake_timeout if self.context is not None else None,
             backlog=256,
             reuse_address=True,
         )

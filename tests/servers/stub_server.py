@@ -30,7 +30,7 @@ def main() -> None:
     sources = Sources(lambda name: team if name == "team" else None, lambda: resolver, nodes=lambda: nodes)
     metrics = Metrics()
     hook = WebhookServer(0, Path(sys.argv[1]), sources, "127.0.0.1", metrics.observe_webhook).start()
-    probes = serve(metrics, 0, lambda: (True, "ok"), lambda: (True, "ok"), "127.0.0.1")
+    probes = serve(0, "127.0.0.1", metrics=metrics, healthy=lambda: (True, "ok"), ready=lambda: (True, "ok"))
     print(f"webhook {hook.port}", flush=True)
     print(f"metrics {probes.port}", flush=True)
     sys.stdin.read()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -216,6 +216,196 @@ def test_unanswered_bodies_across_connections_stay_under_the_memory_bound(stub: 
     assert len(closed) == 64
     assert grown < 64 * MAX_BODY / 2**20 / 2, grown  # less than half of what was sent
     assert given
+
+
+def _renewing(make: Callable[[], socket.socket], count: int, stop: threading.Event) -> threading.Thread:
+    """Keeps `count` connections made by `make` open until `stop`, making a new one for
+    each the server closes."""
+
+    def run() -> None:
+        held: list[socket.socket] = []
+        try:
+            while not stop.is_set():
+                for s in held[:]:
+                    if _closed_by_server(s, 0.001):
+                        s.close()
+                        held.remove(s)
+                while len(held) < count and not stop.is_set():
+                    with contextlib.suppress(OSError):
+                        held.append(make())
+                stop.wait(0.005)
+        finally:
+            for s in held:
+                s.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_trickled_large_bodies_do_not_get_honest_reviews_from_elsewhere_closed(stub: Stub):
+    """Ten clients, each from its own address, keep sending 3 MB bodies a slice at a time
+    (renewed as the server closes them): together they pass the bound on unanswered bytes.
+    Large requests may fill it only up to the small-request reserve and the one that
+    crosses is closed, so 40 honest reviews from another address are all answered with their
+    limit. Before: the connection whose bytes crossed the bound was closed, usually an
+    honest one (148 of 176 honest reviews closed unanswered)."""
+    size = 3_000_000
+
+    def trickle(i: int, stop: threading.Event) -> None:
+        """Headers for 3 MB, then 64 KiB every 10 ms; a new connection when one is closed."""
+        while not stop.is_set():
+            with contextlib.suppress(OSError), _tls(stub, f"127.0.3.{1 + i}") as tls:
+                tls.sendall(
+                    b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {size}\r\n\r\n".encode()
+                )
+                for _ in range(size // 65536 - 1):
+                    if stop.wait(0.01):
+                        break
+                    tls.sendall(b" " * 65536)
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=trickle, args=(i, stop), daemon=True) for i in range(10)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        answers = [_honest(stub, "127.0.0.1") for _ in range(40)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    slowest = max(s for _, s in answers)
+    print(
+        f"\n40 honest reviews beside 10 trickled 3 MB bodies: all given {all(g for g, _ in answers)}, slowest {slowest * 1000:.0f} ms"
+    )
+    assert all(given for given, _ in answers)
+
+
+def test_connections_waiting_for_their_body_give_way_to_a_new_one_from_their_address(stub: Stub):
+    """Connections from one address that send their headers and a few bytes of their body,
+    kept at more than the per-address bound (128) as they time out or are refused: an honest review from that address
+    takes the place of the oldest. Before: a connection waiting for its body could not be
+    evicted, and 46 of 69 honest reviews from that address were refused."""
+    source = "127.0.0.7"
+
+    def holder() -> socket.socket:
+        tls = _tls(stub, source)
+        tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        return tls
+
+    stop = threading.Event()
+    renewers = [_renewing(holder, 40, stop) for _ in range(4)]
+    try:
+        time.sleep(2.0)
+        answers = [_honest(stub, source) for _ in range(20)]
+    finally:
+        stop.set()
+        for t in renewers:
+            t.join(30)
+    print(
+        f"\n20 honest reviews beside 128 body-waiting connections from their address: given {sum(g for g, _ in answers)}"
+    )
+    assert all(given for given, _ in answers)
+
+
+def _big_review(containers: int) -> bytes:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "team"},
+        "spec": {
+            "containers": [
+                {"name": f"c{i}", "image": "x", "resources": {"requests": {"cpu": "1m"}}} for i in range(containers)
+            ]
+        },
+    }
+    request = {"uid": "big", "kind": {"kind": "Pod"}, "namespace": "team", "operation": "CREATE", "object": pod}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def test_answers_a_client_never_reads_are_cut_at_the_write_deadline(stub: Stub):
+    """Six clients each send a review of a 38,000-container pod (2.6 MB; its answer is a
+    5.4 MB patch, more than the kernel's send buffer takes) with a tiny receive buffer, and
+    never read. The server holds a request's bytes until its answer is written (so only a
+    few such reviews are in flight; the others are closed as they cross the bound), cuts
+    a client that has not read its answer by the write deadline, and frees what it held;
+    an honest review is answered meanwhile. Before:
+    the answer counted as done once handed to the transport, nothing bounded the write,
+    and 60 such answers took the process from 71 to 680 MiB for as long as the clients
+    stayed."""
+    body = _big_review(38_000)
+    peak = stub.status("VmHWM")
+    socks = []
+    for i in range(6):
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.setsockopt(socket.IPPROTO_IP, 24, 1)
+        raw.bind((f"127.0.4.{1 + i}", 0))
+        raw.settimeout(30)
+        raw.connect(("127.0.0.1", stub.webhook))
+        ctx = ssl.create_default_context(cadata=stub.ca.decode())
+        ctx.check_hostname = False
+        tls = ctx.wrap_socket(raw)
+        tls.sendall(
+            b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        socks.append(tls)
+    given, honest_s = _honest(stub, "127.0.0.1")
+    time.sleep(LIMITS.write_timeout + 3)  # the deadline has passed for every answer
+    cut = 0
+    try:
+        for tls in socks:
+            data = b""
+            with contextlib.suppress(OSError):
+                while chunk := tls.recv(1 << 20):
+                    data += chunk
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = next(
+                (int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")), None
+            )
+            cut += length is None or len(rest) < length
+    finally:
+        for tls in socks:
+            tls.close()
+    grown = (stub.status("VmHWM") - peak) / 1024
+    print(
+        f"\n6 unread 5.4 MB answers: {cut} cut by the server, peak RSS +{grown:.0f} MiB; honest review {honest_s * 1000:.0f} ms"
+    )
+    assert given
+    assert cut == 6
+
+
+def test_connections_are_counted_from_accept_before_any_handshake(stub: Stub):
+    """200 TCP connections to the webhook port from one address that never start TLS:
+    the guard sees them at accept, so the oldest past the per-address bound are closed at
+    once and an honest review from that address is answered; the rest go at the handshake
+    deadline. Before: the guard saw a connection only after its handshake (1,500 silent
+    connections exhausted the process's descriptors). The soft open-file limit is raised
+    to the hard one."""
+    source = "127.0.0.9"
+    silent = [_connect(source, stub.webhook) for _ in range(200)]
+    try:
+        time.sleep(0.5)  # every connection accepted (well inside the 5 s handshake deadline)
+        closed_early = sum(_closed_by_server(s, 0.01) for s in silent)
+        given, seconds = _honest(stub, source)
+        print(
+            f"\n200 silent TCP connections from one address: {closed_early} closed at once; honest review {seconds * 1000:.0f} ms"
+        )
+        assert closed_early >= 200 - LIMITS.max_per_client
+        assert given
+        left = _all_closed(silent)
+        assert not left, f"{len(left)} silent connections still open past the deadline"
+    finally:
+        for s in silent:
+            s.close()
+    limits = Path(f"/proc/{stub.proc.pid}/limits").read_text()
+    soft, hard = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
+    assert soft == hard, limits
 
 
 def test_limits_are_sane():

@@ -437,3 +437,41 @@ def test_the_max_cpu_annotation_caps_the_initial_limit_and_an_unusable_one_means
     raw["spec"]["nodeName"] = "n1"
     raw["metadata"]["annotations"] = {"kube-headroom.dev/max-cpu": "600m"}
     assert [o["value"] for o in patch_for(raw, MANAGED, resolver())] == [{"cpu": "450m"}, {"cpu": "150m"}]
+
+
+def test_match_fields_count_against_the_placement_budget_like_expressions():
+    """A term of 299 matchFields against 500 nodes: each field is matched on every node, so
+    it costs what an expression costs and passes the budget (before, a field counted as one
+    check: 300 a node, exactly the budget, and the review took 0.04 s of a worker)."""
+    from headroom.webhook.mutation import PLACEMENT_BUDGET, PlacementTooCostly, candidate_nodes
+
+    known = {f"n{i}": node_from_dict({"metadata": {"name": f"n{i}"}, "status": {}}) for i in range(500)}
+    fields = [{"key": "metadata.name", "operator": "NotIn", "values": [f"x{i}"]} for i in range(299)]
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": fields}]}
+            }
+        }
+    }
+    assert PLACEMENT_BUDGET // len(known) == 300
+    with pytest.raises(PlacementTooCostly):
+        candidate_nodes(spec, known)
+    assert (
+        len(
+            candidate_nodes(
+                {
+                    **spec,
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchFields": fields[:50]}]
+                            }
+                        }
+                    },
+                },
+                known,
+            )
+        )
+        == 500
+    )

@@ -69,8 +69,8 @@ class Options:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
-    metrics_port: int | None = None  # /metrics (and the probes); None: not served
-    health_port: int | None = None  # /healthz, /readyz (and /metrics); None: not served
+    metrics_port: int | None = None  # /metrics; None: not served
+    health_port: int | None = None  # /healthz, /livez, /readyz only; None: not served
     metrics_host: str = "0.0.0.0"
     webhook_port: int = 9443
     webhook_cert_dir: str | None = None  # tls.crt and tls.key; None: no webhook
@@ -332,9 +332,16 @@ class Controller:
 
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
-        ports = {p for p in (self.options.metrics_port, self.options.health_port) if p is not None}
-        for port in sorted(ports):
-            self._servers.append(serve(self.metrics, port, self.healthy, self.ready, self.options.metrics_host))
+        o = self.options
+        if o.metrics_port is not None and o.metrics_port == o.health_port:  # one port asked for both
+            self._servers.append(
+                serve(o.metrics_port, o.metrics_host, metrics=self.metrics, healthy=self.healthy, ready=self.ready)
+            )
+        else:
+            if o.metrics_port is not None:
+                self._servers.append(serve(o.metrics_port, o.metrics_host, metrics=self.metrics))
+            if o.health_port is not None:
+                self._servers.append(serve(o.health_port, o.metrics_host, healthy=self.healthy, ready=self.ready))
         webhook = self._webhook_host()
         if webhook is not None:
             webhook.start()  # an unsafe certificate directory stops here, said once

@@ -150,9 +150,12 @@ def _terms(spec: Mapping[str, Any], nodes: int, budget: int) -> list[tuple[list[
         exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
         if not isinstance(exprs, list) or not isinstance(fields, list):
             raise Unreadable("matchExpressions and matchFields must be lists")
-        cost += 1 + 2 * len(exprs) + len(fields)
+        # matchFields cost what expressions cost: each is a requirement matched on every node.
+        cost += 1 + 2 * (len(exprs) + len(fields))
         if cost <= per_node:  # the values, where they are lists: read before they are checked
-            cost += sum(len(v) for e in exprs if isinstance(e, Mapping) and isinstance(v := e.get("values"), list))
+            cost += sum(
+                len(v) for e in (*exprs, *fields) if isinstance(e, Mapping) and isinstance(v := e.get("values"), list)
+            )
         if cost > per_node:
             raise PlacementTooCostly(nodes, per_node)
         out.append(([_requirement(e, False) for e in exprs], [_requirement(f, True) for f in fields]))

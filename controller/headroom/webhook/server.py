@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
+import re
 import ssl
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
 from ..core.records import Namespace, Node
 from ..serving import Limits, LoopServer
+from .fairqueue import FairQueue, Job, requester_of
 from .mutation import PlacementTooCostly, no_pod_level, patch_for
 
 log = logging.getLogger("headroom.webhook")
@@ -79,6 +81,12 @@ class _Once:
 
 
 _costly_owners = _Once()
+_shed_requesters = _Once()
+
+
+def _settle(done: asyncio.Future[Any], value: Any) -> None:
+    if not done.done():
+        done.set_result(value)
 
 
 def review_response(review: dict[str, Any], sources: Sources) -> tuple[dict[str, Any], str]:
@@ -124,7 +132,13 @@ def review_response(review: dict[str, Any], sources: Sources) -> tuple[dict[str,
                 name, owner = whose(meta)
                 log.info(
                     "new pod given cpu limits",
-                    extra={"namespace": ns_name, "ops": ops, "pod": name, "owner": owner, "uid": response["uid"]},
+                    extra={
+                        "namespace": ns_name,
+                        "changes": len(ops),
+                        "pod": name,
+                        "owner": owner,
+                        "uid": response["uid"],
+                    },
                 )
     except Exception:  # never block a pod on our own bug
         log.exception("webhook mutation failed; pod admitted unchanged")
@@ -135,9 +149,14 @@ def review_response(review: dict[str, Any], sources: Sources) -> tuple[dict[str,
 MAX_BODY = 3 * 1024 * 1024  # the API server's own limit on an object is 3 MiB
 HANDSHAKE_TIMEOUT = 5.0  # a client that opens a socket and says nothing is dropped after this
 BODY_TIMEOUT = 1.0  # a body not read by then gets 408: well inside the API server's 2 s timeout
-# Reviews decided at once, each on a thread of its own: a costly decision shares the CPU
-# with the others instead of holding the event loop (reading, TLS, answers) for its length.
-MAX_CONCURRENT = 16
+# Worker threads deciding reviews (webhook/fairqueue.py): a costly decision shares the CPU
+# with a few others instead of holding the event loop (reading, TLS, answers) for its length;
+# more threads than this only share the same cores under the GIL.
+WORKERS = 4
+PER_REQUESTER = 16  # reviews one requester may have waiting; its next one is shed
+MAX_WAITING = 256  # reviews waiting in all; past it the largest holder loses its oldest
+LARGE_REVIEW = 256 * 1024  # a body past this is decided on the large reviews' worker
+API_TIMEOUT = 10.0  # the API server's default webhook timeout, when it sends none
 LIMITS = Limits(
     header_timeout=2.0,  # a client that never finishes its headers holds its place this long at most
     # Open connections one client address may hold. The API server opens one connection per
@@ -148,8 +167,32 @@ LIMITS = Limits(
     # it decrypts, buffers and joins them (tests/unit/test_serving.py: +50 MiB at the bound,
     # +176 MiB for 64 nearly complete bodies without it), well inside the chart's 512 MiB.
     max_pending_bytes=4 * MAX_BODY,
+    # Of those, what one client address may hold (one full body and then some), and what
+    # only small requests may use (room for a few hundred ordinary reviews while large
+    # bodies fill the rest).
+    max_pending_per_client=MAX_BODY + MAX_BODY // 2,
+    small_reserve=MAX_BODY,
+    # Answers not yet read by their client: a few of the largest patches. The API server
+    # reads its answer at once; a client that has not read it in 2 s is cut.
+    max_response_bytes=4 * MAX_BODY,
+    write_timeout=2.0,
     keepalive_timeout=30.0,
 )
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def api_timeout(value: str | None) -> float:
+    """The `timeout` the API server sends with a review (a Go duration such as `2s` or
+    `1m0s`): how long it waits for the answer. API_TIMEOUT when absent or unreadable;
+    at most 30 s, the longest a webhook configuration allows."""
+    if not value or len(value) > 32:
+        return API_TIMEOUT
+    parts = _DURATION.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return API_TIMEOUT
+    return min(sum(float(n) * _UNIT[u] for n, u in parts), 30.0)
 
 
 def malformed(review: object) -> str | None:
@@ -166,14 +209,20 @@ def malformed(review: object) -> str | None:
     return None
 
 
-def decide(raw: bytes, sources: Sources) -> tuple[dict[str, Any] | None, str]:
-    """A body to (the answer, its outcome); (None, why) for a body that is not a review."""
+def parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A body to (the review, ""), or (None, why) for a body that is not a review."""
     try:
         review = orjson.loads(raw)  # about 5x the standard library's speed on a 3 MiB body
     except ValueError:  # orjson.JSONDecodeError, also for JSON nested past its depth limit
         review = None
     why = malformed(review)
-    if why is not None:
+    return (None, why) if why is not None else (review, "")
+
+
+def decide(raw: bytes, sources: Sources) -> tuple[dict[str, Any] | None, str]:
+    """A body to (the answer, its outcome); (None, why) for a body that is not a review."""
+    review, why = parse(raw)
+    if review is None:
         return None, why
     return review_response(review, sources)
 
@@ -184,10 +233,11 @@ RELOAD_EVERY = 10.0  # seconds between checks of the mounted certificate files
 class WebhookServer:
     """HTTPS for AdmissionReviews on aiohttp (a maintained asyncio server, behind
     serving.LoopServer's connection guard): every TLS handshake runs per connection in the
-    event loop, so an idle or slow client delays no one; handshakes and headers time out;
-    bodies are bounded one by one and together; each decision runs on a worker thread; a
-    malformed review gets 400; the certificate files are reloaded when they change on disk
-    (a rotated Secret)."""
+    event loop, so an idle or slow client delays no one; handshakes, headers and answers
+    have deadlines; request and answer bytes are bounded one by one and together; each
+    decision waits in the fair, bounded decision queue (webhook/fairqueue.py) for a worker
+    thread; a malformed review gets 400; the certificate files are reloaded when they
+    change on disk (a rotated Secret)."""
 
     def __init__(
         self,
@@ -205,7 +255,28 @@ class WebhookServer:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._stamp = self._load()
-        self._pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix="webhook-decide")
+
+        def decide_one(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
+            return review_response(review, sources)
+
+        self.queue = FairQueue(
+            decide_one,
+            workers=WORKERS,
+            per_requester=PER_REQUESTER,
+            total=MAX_WAITING,
+            said_once=_shed_requesters.first,
+        )
+        # Large reviews (a pod of thousands of containers) are decided one at a time on a
+        # worker of their own: such a decision holds tens of MiB while it runs, and keeps
+        # the others' workers free for ordinary pods.
+        self.large = FairQueue(
+            decide_one,
+            workers=1,
+            per_requester=PER_REQUESTER,
+            total=MAX_WAITING,
+            said_once=_shed_requesters.first,
+            name="webhook-decide-large",
+        )
         self.server = LoopServer(
             "webhook",
             host,
@@ -243,7 +314,7 @@ class WebhookServer:
         return True
 
     # --- serving ------------------------------------------------------------------------
-    async def _mutate(self, request: web.Request) -> web.Response:
+    async def _mutate(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         # The body is read under a deadline: a client that sends headers and then trickles
         # (or never sends) its body holds no worker and is answered 408 well before the API
@@ -261,12 +332,40 @@ class WebhookServer:
             return web.json_response(
                 {"error": "the body was not sent in time"}, status=408, headers={"Connection": "close"}
             )
-        out, outcome = await asyncio.get_running_loop().run_in_executor(self._pool, decide, raw, self.sources)
-        if out is None:
+        self.server.guard.body_read(request.transport)
+        review, why = parse(raw)
+        queue = self.large if len(raw) > LARGE_REVIEW else self.queue
+        del raw
+        if review is None:
             self.observe("malformed", time.perf_counter() - started)
-            return web.json_response({"error": outcome}, status=400)
+            return web.json_response({"error": why}, status=400)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[tuple[dict[str, Any] | None, str]] = loop.create_future()
+
+        def finish(answer: dict[str, Any] | None, outcome: str) -> None:  # any thread
+            with contextlib.suppress(RuntimeError):  # the loop has stopped: no one waits
+                loop.call_soon_threadsafe(_settle, done, (answer, outcome))
+
+        def gone() -> bool:
+            transport = request.transport
+            return transport is None or transport.is_closing()
+
+        queue.submit(
+            Job(
+                address=request.remote or "",
+                requester=requester_of(review),
+                review=review,
+                deadline=time.monotonic() + api_timeout(request.query.get("timeout")),
+                gone=gone,
+                finish=finish,
+            )
+        )
+        del review
+        answer, outcome = await done
         self.observe(outcome, time.perf_counter() - started)
-        return web.json_response(out)
+        if answer is None:  # its client has gone
+            return web.Response(status=499)
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def _reloader(self) -> None:
         while True:
@@ -286,4 +385,5 @@ class WebhookServer:
 
     def shutdown(self) -> None:
         self.server.shutdown()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.queue.stop()
+        self.large.stop()
