@@ -306,13 +306,15 @@ def test_the_webhook_leaves_alone_a_daemonset_style_pod_whose_node_is_in_a_dry_r
             api.delete(f"/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles/{prof}")
 
 
-def _stall(port: int, ca: bytes, source: str, stop: threading.Event, answers: list[int]) -> None:
+def _stall(port: int, ca: bytes, source: str, stop: threading.Event, answers: list[int], tries: list[int]) -> None:
     """One client that sends full headers, `Content-Length: 1000` and one byte, then waits;
-    reconnects as soon as the server lets go, until told to stop."""
+    reconnects as soon as the server lets go (408 at the body deadline, or its place taken
+    by a newer connection from its address), until told to stop."""
     ctx = ssl.create_default_context(cadata=ca.decode())
     ctx.check_hostname = False
     while not stop.is_set():
         try:
+            tries.append(1)
             raw = _client(source, port)
             with ctx.wrap_socket(raw) as tls:
                 tls.sendall(
@@ -345,9 +347,9 @@ def test_stalled_clients_cannot_hold_admissions(
     """200 clients at another address that send headers and one byte of a 1000-byte body,
     again and again, while the API server sends 20 reviews at once: every honest review is
     answered within the API server's 2 s webhook timeout, with its limit (a review held past
-    it is dropped under failurePolicy Ignore: the pod is created without one); the stalled
-    ones get 408 and one address cannot keep more than the per-client bound of connections
-    open. The pod creates' own durations are printed: 0.6-1.6 s in a CI run, with the
+    it is dropped under failurePolicy Ignore: the pod is created without one); a stalled
+    one gets 408 or gives its place to a newer connection from its address, and one address
+    cannot keep more than the per-client bound of connections open. The pod creates' own durations are printed: 0.6-1.6 s in a CI run, with the
     API server, etcd and the 200 stalling threads sharing two cores."""
     make_node()
     headroom_config()
@@ -355,7 +357,8 @@ def test_stalled_clients_cannot_hold_admissions(
     c, port = webhook_controller("headroom-stall")
     stop = threading.Event()
     answers: list[int] = []
-    stallers = [threading.Thread(target=_stall, args=(port, ca, "127.0.0.2", stop, answers)) for _ in range(200)]
+    tries: list[int] = []
+    stallers = [threading.Thread(target=_stall, args=(port, ca, "127.0.0.2", stop, answers, tries)) for _ in range(200)]
     try:
         c.wait_for_log("webhook serving")
         deadline = time.monotonic() + 15
@@ -364,24 +367,25 @@ def test_stalled_clients_cannot_hold_admissions(
             time.sleep(0.3)
         for t in stallers:
             t.start()
-        # The stallers connected and the first ones answered (the server's deadline) and back
-        # again: the reviews below meet a server in the middle of it.
+        # The stallers connected, were let go (408 or their place taken: 200 from one address
+        # is past its bound of 128) and came back: the reviews below meet a server in the
+        # middle of it.
         deadline = time.monotonic() + 30
-        while not answers:
-            assert time.monotonic() < deadline, "no stalled client was ever answered"
+        while len(tries) < 400:
+            assert time.monotonic() < deadline, f"the stallers made only {len(tries)} connections"
             time.sleep(0.1)
         with ThreadPoolExecutor(20) as pool:
             honest = list(pool.map(lambda i: create(api, namespace, f"honest-{i}"), range(20)))
         slowest = max(t for _, t in honest)
         print(
             f"\n20 reviews beside 200 stalled clients: slowest pod create {slowest * 1000:.0f} ms, "
-            f"{len(answers)} stalled requests answered, {answers.count(408)} with 408"
+            f"{len(tries)} stalled connections, {len(answers)} answered, {answers.count(408)} with 408"
         )
         assert all(m for m, _ in honest), (
             "a pod was created without its limit: its review was not answered within the 2 s webhook timeout",
             honest,
         )
-        assert answers and set(answers) == {408}, set(answers)
+        assert set(answers) <= {408}, set(answers)  # a stalled request gets 408 or its place is taken
         # One address holds at most the per-client bound of open connections: past it a new
         # one takes the place of the oldest idle one.
         ctx = ssl.create_default_context(cadata=ca.decode())
@@ -404,7 +408,7 @@ def test_stalled_clients_cannot_hold_admissions(
                 s.close()
         assert still <= 128, still
         metrics = c.http("/metrics", c.metrics_port)[1]
-        assert 'headroom_webhook_requests_total{result="slow-body"}' in metrics
+        assert not answers or 'headroom_webhook_requests_total{result="slow-body"}' in metrics
     finally:
         stop.set()
         for t in stallers:

@@ -52,3 +52,18 @@ def test_wave_benchmark_converges_a_small_cluster_whose_pods_have_limits():
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "pods the policy would still change: 0" in r.stdout, r.stdout[-2000:]
     assert "pod writes per pod resized:" in r.stdout and "peak RSS over the wave" in r.stdout
+
+
+def test_admission_benchmark_runs_at_small_size():
+    bench = BENCH.parent / "bench_admission.py"
+    args = ["--nodes", "200", "--decisions", "20"]
+    r = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["20"], ["100"])]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("20", "baseline"),
+        ("20", "cached"),
+        ("100", "baseline"),
+        ("100", "cached"),
+    ]
+    assert "peak RSS" in r.stdout

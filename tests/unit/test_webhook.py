@@ -475,3 +475,20 @@ def test_match_fields_count_against_the_placement_budget_like_expressions():
         )
         == 500
     )
+
+
+def test_each_nodes_settings_are_cached_until_its_labels_or_the_configuration_change():
+    """The webhook keeps each node's settings per configuration and node record: a node
+    relabelled into a dry-run pool, or a configuration that makes its pool dry-run, is
+    seen at the next decision."""
+    dry = [("batch", {"nodeSelector": {"matchLabels": {"pool": "batch"}}, "dryRun": True})]
+    res = resolver(profiles=dry)
+    web = node_from_dict(node("n1", labels={"pool": "web"}))
+    ns = MANAGED
+    p = new_pod(containers=[container("a", cpu="500m")])
+    assert patch_for(p, ns, res, node_set={"n1": web})
+    assert patch_for(p, ns, res, node_set={"n1": web})  # from the cache
+    batch = node_from_dict(node("n1", labels={"pool": "batch"}))
+    assert patch_for(p, ns, res, node_set={"n1": batch}) == []  # relabelled: a new record
+    all_dry = resolver(profiles=[("web", {"nodeSelector": {"matchLabels": {"pool": "web"}}, "dryRun": True})])
+    assert patch_for(p, ns, all_dry, node_set={"n1": web}) == []  # a new configuration

@@ -19,6 +19,7 @@ pod-level resources gets only a pod-level CPU limit.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
@@ -220,6 +221,37 @@ def _could_manage(record: Pod, namespace: Namespace | None, resolver: Resolver, 
     return False
 
 
+class _NodeSettings:
+    """Each node's settings and whether its labels exclude it (a node exclusion or the
+    static CPU manager), kept per resolver and per node record: profiles' selectors are
+    matched once per node and configuration, not once per decision (at 5,000 nodes and
+    100 profiles that was 0.4 s a decision). A node's entry is invalid once its record is
+    replaced (its labels changed); the whole cache once the configuration is."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.resolver: Resolver | None = None
+        self.nodes: dict[str, tuple[Node, Settings, bool]] = {}
+
+    def of(self, node: Node, resolver: Resolver) -> tuple[Settings, bool]:
+        if resolver is not self.resolver:
+            with self.lock:
+                if resolver is not self.resolver:
+                    self.resolver, self.nodes = resolver, {}
+        nodes = self.nodes
+        hit = nodes.get(node.name)
+        if hit is not None and hit[0] is node:
+            return hit[1], hit[2]
+        settings = resolver.settings_for(node.labels)
+        static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
+        excluded = static or node_excluded(node.labels, settings)
+        nodes[node.name] = (node, settings, excluded)
+        return settings, excluded
+
+
+_node_settings = _NodeSettings()
+
+
 def _node_kinds(
     candidates: Iterable[Node], resolver: Resolver, pod_level_resize: Callable[[Node], bool]
 ) -> dict[tuple[int, bool, bool, bool], tuple[Node, Settings]]:
@@ -227,9 +259,8 @@ def _node_kinds(
     node): eligibility is decided once per kind of node, not once per node."""
     kinds: dict[tuple[int, bool, bool, bool], tuple[Node, Settings]] = {}
     for node in candidates:
-        settings = resolver.settings_for(node.labels)
-        static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
-        key = (id(settings), static or node_excluded(node.labels, settings), node.windows, pod_level_resize(node))
+        settings, excluded = _node_settings.of(node, resolver)
+        key = (id(settings), excluded, node.windows, pod_level_resize(node))
         if key not in kinds:
             kinds[key] = (node, settings)
     return kinds
