@@ -86,14 +86,12 @@ class _Guard:
         self.pending_by_client: dict[str, int] = {}
         self.responses = 0  # answer bytes not yet written
         self.said = _Every()
-        self.closed: dict[str, int] = {}  # why -> connections the guard closed, for tests and metrics
 
     def conn(self, transport: asyncio.BaseTransport | None) -> _Guarded | None:
         return self.by_transport.get(id(transport)) if transport is not None else None
 
     def shed(self, conn: _Guarded, why: str) -> None:
         """Close `conn` for `why`, counted and logged once a minute per reason."""
-        self.closed[why] = self.closed.get(why, 0) + 1
         quiet = self.said.due(why)
         if quiet is not None:
             log.warning(

@@ -93,9 +93,7 @@ class _Uncached:
     """The baseline: every node's settings asked anew for every decision, as before the cache."""
 
     def of(self, node: Node, res: Resolver) -> tuple[Settings, bool]:
-        settings = res.settings_for(node.labels)
-        static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
-        return settings, static or mutation.node_excluded(node.labels, settings)
+        return mutation.node_settings(node, res)
 
 
 def main() -> None:

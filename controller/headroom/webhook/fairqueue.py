@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("headroom.webhook")
@@ -45,7 +45,6 @@ class Job:
     deadline: float  # time.monotonic() past which the API server no longer waits
     gone: Callable[[], bool]  # the client closed its connection
     finish: Callable[[dict[str, Any] | None, str], None]
-    queued_at: float = field(default_factory=time.monotonic)
 
 
 def allowed(review: dict[str, Any]) -> dict[str, Any]:
@@ -189,9 +188,6 @@ class FairQueue:
         except Exception:  # never lose a worker to one review
             log.exception("webhook decision failed; pod admitted unchanged")
             job.finish(allowed(job.review), "unchanged")
-
-    def depth(self) -> int:
-        return self.waiting
 
     def stop(self) -> None:
         with self.cond:

@@ -221,6 +221,14 @@ def _could_manage(record: Pod, namespace: Namespace | None, resolver: Resolver, 
     return False
 
 
+def node_settings(node: Node, resolver: Resolver) -> tuple[Settings, bool]:
+    """A node's settings, and whether its labels exclude it (a node exclusion, or the
+    static CPU manager)."""
+    settings = resolver.settings_for(node.labels)
+    static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
+    return settings, static or node_excluded(node.labels, settings)
+
+
 class _NodeSettings:
     """Each node's settings and whether its labels exclude it (a node exclusion or the
     static CPU manager), kept per resolver and per node record: profiles' selectors are
@@ -242,9 +250,7 @@ class _NodeSettings:
         hit = nodes.get(node.name)
         if hit is not None and hit[0] is node:
             return hit[1], hit[2]
-        settings = resolver.settings_for(node.labels)
-        static = settings.static_cpu_manager is not None and settings.static_cpu_manager.matches(node.labels)
-        excluded = static or node_excluded(node.labels, settings)
+        settings, excluded = node_settings(node, resolver)
         nodes[node.name] = (node, settings, excluded)
         return settings, excluded
 

@@ -219,14 +219,6 @@ def parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     return (None, why) if why is not None else (review, "")
 
 
-def decide(raw: bytes, sources: Sources) -> tuple[dict[str, Any] | None, str]:
-    """A body to (the answer, its outcome); (None, why) for a body that is not a review."""
-    review, why = parse(raw)
-    if review is None:
-        return None, why
-    return review_response(review, sources)
-
-
 RELOAD_EVERY = 10.0  # seconds between checks of the mounted certificate files
 
 
