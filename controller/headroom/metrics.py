@@ -38,11 +38,45 @@ class _NodeSeries:
     running: set[tuple[str, str, str]] = field(default_factory=set)  # (namespace, pod, container) applied series
 
 
-class Metrics:
+class AdmissionMetrics:
+    """What both processes export: errors survived, and the admission reviews answered
+    (the webhook's families; `headroom webhook` exports only these)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.errors = Counter(
+            "headroom_errors",
+            "Failures caught and survived, by component (watch, record, reconcile, worker, status, capabilities, "
+            "webhook, certificate).",
+            ["component"],
+            registry=r,
+        )
+        self.webhook_requests = Counter(
+            "headroom_webhook_requests",
+            "Admission reviews answered, by result (mutated, unchanged, over-budget, malformed, too-large, slow-body, dropped).",
+            ["result"],
+            registry=r,
+        )
+        self.webhook_seconds = Histogram(
+            "headroom_webhook_duration_seconds",
+            "Time to answer one admission review, from the body read to the answer.",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2),
+        )
+
+    def observe_webhook(self, result: str, seconds: float) -> None:
+        self.webhook_requests.labels(result).inc()
+        self.webhook_seconds.observe(seconds)
+
+
+class Metrics(AdmissionMetrics):
+    """The controller's: `headroom run`."""
+
     def __init__(
         self, pod_series: bool = False, lag_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        r = self.registry = CollectorRegistry()
+        super().__init__()
+        r = self.registry
         self.node_factor = Gauge(
             "headroom_node_factor",
             "Limit as a multiple of request on the node before caps: 1 + slack / managed requests.",
@@ -129,24 +163,6 @@ class Metrics:
             "1 when a HeadroomConfig exists and it and every NodePoolProfile are valid and usable, else 0.",
             registry=r,
         )
-        self.errors = Counter(
-            "headroom_errors",
-            "Failures caught and survived, by component (watch, record, reconcile, worker, status, capabilities).",
-            ["component"],
-            registry=r,
-        )
-        self.webhook_requests = Counter(
-            "headroom_webhook_requests",
-            "Admission reviews answered, by result (mutated, unchanged, over-budget, malformed, too-large, slow-body, dropped).",
-            ["result"],
-            registry=r,
-        )
-        self.webhook_seconds = Histogram(
-            "headroom_webhook_duration_seconds",
-            "Time to answer one admission review, from the body read to the answer.",
-            registry=r,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2),
-        )
         self.heartbeat = Gauge(
             "headroom_heartbeat_timestamp_seconds",
             "When this replica, as leader, last wrote the HeadroomConfig status (at least every minute).",
@@ -165,10 +181,6 @@ class Metrics:
         self._pending = self._deferred = 0
 
         self._lock = threading.Lock()
-
-    def observe_webhook(self, result: str, seconds: float) -> None:
-        self.webhook_requests.labels(result).inc()
-        self.webhook_seconds.observe(seconds)
 
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool
@@ -269,7 +281,7 @@ def serve(
     port: int,
     host: str = "0.0.0.0",
     *,
-    metrics: Metrics | None = None,
+    metrics: AdmissionMetrics | None = None,
     healthy: Callable[[], tuple[bool, str]] | None = None,
     ready: Callable[[], tuple[bool, str]] | None = None,
 ) -> Any:
@@ -316,3 +328,23 @@ def serve(
             ("GET", "/readyz", probe(ready, "ready")),
         ]
     return LoopServer("metrics" if metrics is not None else "probes", host, port, routes).start()
+
+
+def serve_ports(
+    metrics_port: int | None,
+    health_port: int | None,
+    host: str,
+    metrics: AdmissionMetrics,
+    healthy: Callable[[], tuple[bool, str]],
+    ready: Callable[[], tuple[bool, str]],
+) -> list[Any]:
+    """A process's /metrics and probe servers: on two ports, or on one when both are the
+    same port; a port of None is not served."""
+    if metrics_port is not None and metrics_port == health_port:
+        return [serve(metrics_port, host, metrics=metrics, healthy=healthy, ready=ready)]
+    servers = []
+    if metrics_port is not None:
+        servers.append(serve(metrics_port, host, metrics=metrics))
+    if health_port is not None:
+        servers.append(serve(health_port, host, healthy=healthy, ready=ready))
+    return servers

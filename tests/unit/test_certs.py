@@ -5,13 +5,15 @@ server path is tests/integration/test_webhook_live.py)."""
 from __future__ import annotations
 
 import base64
+import datetime
 from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.hashes import SHA256
 
 from headroom.cluster.api import ApiError
-from headroom.cluster.certs import WEBHOOK_NAME, CertManager, issue
+from headroom.cluster.certs import MAX_BUNDLE, WEBHOOK_NAME, CertManager, issue
 
 SECRET = "/api/v1/namespaces/ns/secrets/tls"
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/headroom"
@@ -22,9 +24,14 @@ class Objects:
 
     def __init__(self) -> None:
         self.store: dict[str, Any] = {
-            MWC: {"metadata": {"name": "headroom"}, "webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {}}]}
+            MWC: {
+                "metadata": {"name": "headroom", "resourceVersion": "0"},
+                "webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {}}],
+            }
         }
         self.rv = 0
+        self.before_patch: Any = None  # runs between a read and the patch it leads to
+        self.secret_status: int | None = None  # the status the next Secret write fails with
 
     def get(self, path: str) -> Any:
         if path not in self.store:
@@ -35,14 +42,29 @@ class Objects:
         return self.request_json("PUT", SECRET, body)
 
     def request_json(self, method: str, path: str, body: Any) -> Any:
+        if self.secret_status is not None:
+            raise ApiError(self.secret_status, "Invalid", "Secret too large")
         self.rv += 1
         body["metadata"]["resourceVersion"] = str(self.rv)
         self.store[path] = body
         return body
 
     def patch(self, path: str, body: Any, *_: Any) -> Any:
-        self.store[path]["webhooks"][0]["clientConfig"]["caBundle"] = body["webhooks"][0]["clientConfig"]["caBundle"]
-        return self.store[path]
+        if self.before_patch is not None:
+            hook, self.before_patch = self.before_patch, None
+            hook()
+        stored = self.store[path]
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != stored["metadata"]["resourceVersion"]:  # as the API server does
+            raise ApiError(409, "Conflict", "the object has been modified")
+        self.set_bundle(body["webhooks"][0]["clientConfig"]["caBundle"])
+        return stored
+
+    def set_bundle(self, value: str) -> None:
+        stored = self.store[MWC]
+        stored["webhooks"][0]["clientConfig"]["caBundle"] = value
+        self.rv += 1
+        stored["metadata"]["resourceVersion"] = str(self.rv)
 
     def secret(self, **data: bytes) -> None:
         self.request_json(
@@ -174,3 +196,50 @@ def test_planted_files_and_links_in_the_certificate_directory_are_never_written_
     assert not key.is_symlink() and key.stat().st_mode & 0o777 == 0o600 and key.stat().st_uid == os.geteuid()
     assert key.read_bytes() == base64.b64decode(objs.store[SECRET]["data"]["tls.key"])
     assert not [p for p in certs.iterdir() if p.name.startswith(".") and not p.is_symlink()]  # no temporary left
+
+
+def test_two_writers_wanting_other_names_for_one_secret_neither_rotate_in_turn_nor_grow_the_bundle():
+    """A second release (or an off-cluster controller) given the same Secret name: before,
+    each check reissued for its own names and kept every CA, 2 more every 10 s."""
+    objs = Objects()
+    one = CertManager(objs, "ns", "tls", ["a.ns.svc"], "headroom")  # type: ignore[arg-type]
+    two = CertManager(objs, "ns", "tls", ["b.ns.svc"], "headroom")  # type: ignore[arg-type]
+    assert one.ensure() is True
+    issued = objs.served()
+    for _ in range(50):
+        assert two.ensure() is False  # the other writer's fresh certificate is left alone
+        assert one.ensure() is False
+    assert objs.served() == issued
+    assert len(objs.bundle()) == 1
+
+
+def test_however_often_it_rotates_the_bundle_keeps_at_most_three_cas():
+    objs = Objects()
+    m = manager(objs)
+    m.renew_before = datetime.timedelta(days=400)  # every certificate is due: each check rotates
+    for _ in range(10):
+        assert m.ensure() is True
+    assert len(objs.bundle()) == MAX_BUNDLE
+    served = x509.load_pem_x509_certificate(objs.served())
+    assert _signed(served, objs.bundle()[0])
+
+
+def test_a_refused_secret_write_is_a_failure_not_another_replicas_write():
+    objs = Objects()
+    objs.secret_status = 422  # e.g. over the Secret size limit
+    with pytest.raises(ApiError) as raised:
+        manager(objs).ensure()
+    assert raised.value.status == 422
+
+
+def test_a_bundle_changed_between_its_read_and_the_patch_is_read_again_not_overwritten():
+    """A new leader adds its CA while the old one is still patching from what it read: the
+    patch carries the resourceVersion read, so the older bundle is never written back."""
+    objs = Objects()
+    ca, crt, key = issue(["127.0.0.1"], 365)
+    objs.secret(tls_crt=crt, tls_key=key, ca_crt=ca)
+    other, _, _ = issue(["127.0.0.1"], 365)
+    objs.before_patch = lambda: objs.set_bundle(base64.b64encode(other).decode())
+    manager(objs).ensure()
+    trusted = {c.fingerprint(SHA256()) for c in objs.bundle()}
+    assert {x509.load_pem_x509_certificate(pem).fingerprint(SHA256()) for pem in (ca, other)} <= trusted

@@ -33,7 +33,7 @@ NETPOL = ("networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.ci
         ("webhook.certManager.enabled=true",),
         ("webhook.enabled=false", "headroomConfig.create=false"),
         NETPOL,
-        ("admissionPolicy.enabled=false",),
+        ("admissionPolicy.enabled=false", "webhook.certManager.enabled=true"),
     ],
 )
 def test_render_passes_kubernetes_validate_strict(sets):
@@ -53,22 +53,43 @@ def test_chart_crds_are_the_generated_ones():
     assert len(list((CHART / "crds").glob("*.yaml"))) == 2
 
 
-def test_deployment_is_locked_down():
-    (dep,) = find(render(), "Deployment")
-    spec = dep["spec"]["template"]["spec"]
-    (c,) = spec["containers"]
-    assert dep["spec"]["replicas"] == 2
-    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
-    assert c["securityContext"] == {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
+def test_deployments_are_locked_down():
+    """Two Deployments: the controller and the webhook, each with two replicas, its own
+    ServiceAccount and a PodDisruptionBudget; the controller serves no admission."""
+    docs = render()
+    deployments = {d["metadata"]["name"]: d for d in find(docs, "Deployment")}
+    assert sorted(deployments) == ["headroom", "headroom-webhook"]
+    for dep in deployments.values():
+        spec = dep["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        assert dep["spec"]["replicas"] == 2
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        assert c["resources"]["requests"] and c["resources"]["limits"]
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    controller, webhook = (deployments[n]["spec"]["template"]["spec"] for n in ("headroom", "headroom-webhook"))
+    args = controller["containers"][0]["args"]
+    assert args[0] == "run" and "--leader-elect=true" in args and "--lease-namespace=kube-headroom" in args
+    assert not any(a.startswith("--webhook-cert-dir") for a in args) and "volumes" not in controller
+    assert {p["name"] for p in controller["containers"][0]["ports"]} == {"metrics", "health"}
+    assert webhook["containers"][0]["args"][:1] == ["webhook"] and webhook["serviceAccountName"] == "headroom-webhook"
+    assert webhook["volumes"][0]["secret"]["secretName"] == "headroom-webhook-tls"
+    term = webhook["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "kube-headroom-webhook"
+    # The Service the webhook configuration names selects the webhook's pods, not the controller's.
+    services = {s["metadata"]["name"]: s["spec"]["selector"] for s in find(docs, "Service")}
+    assert services == {
+        "headroom": {"app.kubernetes.io/name": "kube-headroom-webhook", "app.kubernetes.io/instance": "headroom"},
+        "headroom-metrics": {"app.kubernetes.io/name": "kube-headroom", "app.kubernetes.io/instance": "headroom"},
     }
-    assert c["resources"]["requests"] and c["resources"]["limits"]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert "--leader-elect=true" in c["args"] and "--lease-namespace=kube-headroom" in c["args"]
-    (pdb,) = find(render(), "PodDisruptionBudget")
-    assert pdb["spec"]["minAvailable"] == 1
+    pdbs = {p["metadata"]["name"]: p["spec"] for p in find(docs, "PodDisruptionBudget")}
+    assert {n: p["minAvailable"] for n, p in pdbs.items()} == {"headroom": 1, "headroom-webhook": 1}
+    assert pdbs["headroom-webhook"]["selector"]["matchLabels"] == services["headroom"]
 
 
 EXPECTED_CLUSTER_RULES = [
@@ -94,9 +115,26 @@ EXPECTED_CLUSTER_RULES = [
 ]
 
 
+WEBHOOK_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["nodes", "namespaces", "limitranges", "resourcequotas"],
+        "verbs": ["get", "list", "watch"],
+    },
+    EXPECTED_CLUSTER_RULES[1],
+    EXPECTED_CLUSTER_RULES[2],
+]
+
+
 def test_rbac_is_exactly_the_spec():
     docs = render()
-    (role,) = find(docs, "ClusterRole")
+    role, webhook = find(docs, "ClusterRole")
+    # The webhook's account reads what a decision needs, writes nothing, and is bound alone.
+    assert webhook["metadata"]["name"] == "headroom-webhook" and webhook["rules"] == WEBHOOK_RULES
+    bindings = {b["metadata"]["name"]: b for b in find(docs, "ClusterRoleBinding")}
+    assert bindings["headroom-webhook"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "headroom-webhook", "namespace": "kube-headroom"}
+    ]
     own_webhook = {
         "apiGroups": ["admissionregistration.k8s.io"],
         "resources": ["mutatingwebhookconfigurations"],
@@ -120,13 +158,14 @@ def test_rbac_is_exactly_the_spec():
     # With cert-manager keeping the certificate, the controller touches no Secret at all.
     cm = render("webhook.certManager.enabled=true")
     assert find(cm, "ClusterRole")[0]["rules"] == EXPECTED_CLUSTER_RULES
+    assert [r["metadata"]["name"] for r in find(render("webhook.enabled=false"), "ClusterRole")] == ["headroom"]
     assert '"secrets"' not in json.dumps(find(cm, "Role"))
 
 
 def test_the_kubelet_scrape_rbac_is_opt_in_grants_only_nodes_metrics_and_binds_only_the_named_account():
     """Not the controller's RBAC: a Prometheus's, for the kubelets' cAdvisor counters. The
     real-node tests' Prometheus scrapes with exactly these objects (realnode_helpers)."""
-    assert [d["metadata"]["name"] for d in find(render(), "ClusterRole")] == ["headroom"]
+    assert [d["metadata"]["name"] for d in find(render(), "ClusterRole")] == ["headroom", "headroom-webhook"]
     docs = render(
         "metrics.kubeletScrape.serviceAccount.name=prometheus",
         "metrics.kubeletScrape.serviceAccount.namespace=monitoring",
@@ -172,7 +211,7 @@ def test_webhook_configuration():
         "matchExpressions": [{"key": "kube-headroom.dev/mode", "operator": "NotIn", "values": ["unmanaged"]}]
     }
     assert not find(docs, "Secret") and "caBundle" not in hook["clientConfig"]  # the controller keeps both
-    (dep,) = find(docs, "Deployment")
+    dep = next(d for d in find(docs, "Deployment") if d["metadata"]["name"] == "headroom")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--webhook-secret=headroom-webhook-tls" in args and "--webhook-configuration=headroom" in args
     assert "--webhook-names=headroom.kube-headroom.svc,headroom.kube-headroom.svc.cluster.local" in args
@@ -303,25 +342,31 @@ def test_validating_admission_policies_limit_the_controllers_pod_writes_by_defau
     bindings = find(docs, "ValidatingAdmissionPolicyBinding")
     assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(p["metadata"]["name"] for p in policies.values())
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
-    (sa,) = find(docs, "ServiceAccount")
+    (sa,) = (a for a in find(docs, "ServiceAccount") if a["metadata"]["name"] == "headroom")
     for policy in policies.values():
         (cond,) = policy["spec"]["matchConditions"]
         assert f'"system:serviceaccount:kube-headroom:{sa["metadata"]["name"]}"' in cond["expression"]
-    assert not find(render("admissionPolicy.enabled=false"), "ValidatingAdmissionPolicy")
+    assert not find(
+        render("admissionPolicy.enabled=false", "webhook.certManager.enabled=true"), "ValidatingAdmissionPolicy"
+    )
+    # Without the policies, the Secret `create` RBAC cannot narrow would be open: refused.
+    r = helm("template", "t", str(CHART), "--set", "admissionPolicy.enabled=false")
+    assert r.returncode != 0 and "admissionPolicy.enabled=false with the certificate the controller keeps" in r.stderr
     with_cert_manager = find(render("webhook.certManager.enabled=true"), "ValidatingAdmissionPolicy")
     assert len(with_cert_manager) == 2
 
 
 def test_the_network_policy_is_a_switch_that_needs_the_api_servers_peers():
     assert not find(render(), "NetworkPolicy")
-    (pol,) = find(
+    controller, webhook = find(
         render(*NETPOL, "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"), "NetworkPolicy"
     )
-    rules = {r["ports"][0]["port"]: r.get("from") for r in pol["spec"]["ingress"]}
-    assert rules == {
-        9443: [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
-        8080: [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
-        8081: None,  # the kubelet's probes, from the node
-    }
+    prometheus = [{"podSelector": {"matchLabels": {"app": "prometheus"}}}]
+    rules = {r["ports"][0]["port"]: r.get("from") for r in controller["spec"]["ingress"]}
+    assert controller["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "kube-headroom"
+    assert rules == {8080: prometheus, 8081: None}  # 8081: the kubelet's probes, from the node
+    rules = {r["ports"][0]["port"]: r.get("from") for r in webhook["spec"]["ingress"]}
+    assert webhook["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "kube-headroom-webhook"
+    assert rules == {9443: [{"ipBlock": {"cidr": "10.0.0.10/32"}}], 8080: prometheus, 8081: None}
     r = helm("template", "t", str(CHART), "--set", "networkPolicy.enabled=true")
     assert r.returncode != 0 and "networkPolicy.webhookFrom is empty" in r.stderr

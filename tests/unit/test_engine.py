@@ -261,7 +261,7 @@ def test_healthz_fails_when_a_thread_died_or_a_watch_went_silent():
     assert c.healthy() == (False, "thread worker-0 has died")
     del c._threads["worker-0"]
     r = Reflector(None, "/api/v1/pods", lambda items: None, lambda k, o: None, c.stop, timeout_seconds=10)  # type: ignore[arg-type]
-    c.reflectors.append(r)
+    c.watches.reflectors.append(r)
     r.last_contact -= 1000
     ok, why = c.healthy()
     assert not ok and why.startswith("nothing heard from the watch of /api/v1/pods")

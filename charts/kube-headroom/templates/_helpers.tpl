@@ -11,4 +11,8 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 app.kubernetes.io/name: kube-headroom
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+{{- define "headroom.webhookSelector" -}}
+app.kubernetes.io/name: kube-headroom-webhook
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
 {{- define "headroom.webhookSecret" -}}{{ include "headroom.fullname" . }}-webhook-tls{{- end -}}

@@ -33,7 +33,7 @@ import ipaddress
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,13 @@ from .api import STRATEGIC_PATCH, Api, ApiError
 log = logging.getLogger("headroom.certs")
 
 WEBHOOK_NAME = "pods.kube-headroom.dev"
+# CAs the caBundle keeps: the newest, the one that signed the certificate before it, and
+# one more for a replica whose mounted Secret the kubelet has not refreshed through two
+# rotations. Older ones go, whatever rotated them.
+MAX_BUNDLE = 3
+SKEW = datetime.timedelta(minutes=5)  # a certificate is valid from this long before it is issued
+# A certificate for other names issued less than this ago is another writer's: not reissued.
+FIGHT_WINDOW = datetime.timedelta(minutes=10)
 
 
 def _now() -> datetime.datetime:
@@ -65,7 +72,7 @@ def _pem(cert: x509.Certificate) -> bytes:
 
 def issue(names: Sequence[str], days: int) -> tuple[bytes, bytes, bytes]:
     """A fresh CA and a serving certificate for `names` (DNS names or IPs): (ca, crt, key) PEM."""
-    now = _now() - datetime.timedelta(minutes=5)  # tolerate a little clock skew
+    now = _now() - SKEW  # tolerate a little clock skew
     ca_key = _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"kube-headroom webhook CA {now:%Y%m%d%H%M%S}")])
     ca = (
@@ -130,6 +137,13 @@ def _live_cas(bundle: bytes, until: datetime.datetime) -> list[bytes]:
     return out
 
 
+def _bundle(first: bytes, second: bytes | None, current: bytes) -> bytes:
+    """`first`, then `second`, then the live CAs of `current`, newest first as they were
+    added: at most MAX_BUNDLE CAs, so that no sequence of rotations grows the bundle."""
+    cas = dict.fromkeys([first, *([second] if second else []), *_live_cas(current, _now())])
+    return b"".join(list(cas)[:MAX_BUNDLE])
+
+
 def _issuer(data: dict[str, bytes]) -> bytes | None:
     """The PEM of the CA in `ca.crt` that signed `tls.crt`, when `tls.key` is that
     certificate's key and the CA is still valid; None otherwise. Only this CA is ever taken
@@ -166,6 +180,7 @@ class CertManager:
     webhook_configuration: str
     days: int = 365
     renew_before: datetime.timedelta = datetime.timedelta(days=30)
+    _said_other: tuple[str, ...] | None = None  # the other names last said to hold the Secret
 
     @property
     def _path(self) -> str:
@@ -194,29 +209,73 @@ class CertManager:
         cert = x509.load_pem_x509_certificate(data["tls.crt"])
         return cert.not_valid_after_utc > _now() + self.renew_before and set(self.names) <= _names_of(cert)
 
-    def _ca_bundle(self) -> bytes | None:
-        try:
-            mwc = self.api.get(
-                f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_configuration}"
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        for hook in mwc.get("webhooks") or []:
-            if hook.get("name") == WEBHOOK_NAME:
-                value = (hook.get("clientConfig") or {}).get("caBundle")
-                return base64.b64decode(value) if value else b""
-        return None
+    @property
+    def _configuration_path(self) -> str:
+        return f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_configuration}"
 
-    def _set_ca_bundle(self, bundle: bytes) -> None:
-        body = {"webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {"caBundle": base64.b64encode(bundle).decode()}}]}
-        self.api.patch(
-            f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{self.webhook_configuration}",
-            body,
-            STRATEGIC_PATCH,
-            {"fieldManager": "headroom"},
-        )
+    def _update_bundle(self, change: Callable[[bytes], bytes | None]) -> None:
+        """Set the webhook's caBundle to `change(current)` (None: leave it), as a patch
+        conditional on the configuration's resourceVersion, so that a replica that read
+        it before another changed it never writes the older bundle back: on a conflict it
+        reads again (three tries, then the next check). Nothing without the configuration
+        or the webhook in it."""
+        for _ in range(3):
+            try:
+                mwc = self.api.get(self._configuration_path)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return
+                raise
+            hook = next((h for h in mwc.get("webhooks") or [] if h.get("name") == WEBHOOK_NAME), None)
+            if hook is None:
+                return
+            value = (hook.get("clientConfig") or {}).get("caBundle")
+            current = base64.b64decode(value) if value else b""
+            new = change(current)
+            if new is None or new == current:
+                return
+            body = {
+                "metadata": {"resourceVersion": mwc["metadata"]["resourceVersion"]},
+                "webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {"caBundle": base64.b64encode(new).decode()}}],
+            }
+            try:
+                self.api.patch(self._configuration_path, body, STRATEGIC_PATCH, {"fieldManager": "headroom"})
+            except ApiError as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            log.info("webhook caBundle updated", extra={"configuration": self.webhook_configuration})
+            return
+        log.info("webhook caBundle changed under each try; again at the next check")
+
+    def _held_for_other_names(self, data: dict[str, bytes] | None) -> bool:
+        """The Secret holds a sound, recently issued certificate for other names: another
+        writer keeps this Secret for those (a second release, or a controller run elsewhere
+        with the same --webhook-secret). Reissuing would make it reissue in turn, each
+        adding a CA: so not within FIGHT_WINDOW of its issue, said once per set of names."""
+        if not data or _issuer(data) is None:
+            return False
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        names = _names_of(cert)
+        issued = cert.not_valid_before_utc + SKEW
+        if set(self.names) <= names or cert.not_valid_after_utc <= _now() + self.renew_before:
+            return False
+        if _now() - issued >= FIGHT_WINDOW:
+            return False
+        said = tuple(sorted(names))
+        if self._said_other != said:
+            log.error(
+                "webhook Secret holds a certificate for other names, issued moments ago: another writer keeps it; "
+                "not reissued (each writer needs a Secret of its own: --webhook-secret)",
+                extra={
+                    "secret": f"{self.namespace}/{self.secret}",
+                    "names": sorted(names),
+                    "wanted": list(self.names),
+                    "issuedSecondsAgo": int((_now() - issued).total_seconds()),
+                },
+            )
+            self._said_other = said
+        return True
 
     def write_files(self, cert_dir: Path) -> bool:
         """Copy the Secret's `tls.crt` and `tls.key` into `cert_dir` when they differ from
@@ -257,14 +316,14 @@ class CertManager:
         data = self._read()
         rotated = False
         if not self._usable(data):
+            if self._held_for_other_names(data):
+                return False
             ca, crt, key = issue(list(self.names), self.days)
-            # Keep trusting the CAs some replica may still serve: the one that signed the old
-            # certificate (verified), and those already in the bundle.
+            # Keep trusting the CA some replica may still serve: the one that signed the old
+            # certificate (verified), and the newest others already in the bundle (bounded).
             signer = _issuer(data) if data else None
-            old = ([signer] if signer else []) + _live_cas(self._ca_bundle() or b"", _now())
-            bundle = b"".join(dict.fromkeys([ca, *old]))
-            if self._ca_bundle() is not None:
-                self._set_ca_bundle(bundle)  # trust the new CA before anything serves it
+            bundle = _bundle(ca, signer, b"")
+            self._update_bundle(lambda current: _bundle(ca, signer, current))  # trusted before anything serves it
             body: dict[str, Any] = {
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -283,7 +342,9 @@ class CertManager:
                     body["metadata"]["resourceVersion"] = data["_rv"].decode()
                     self.api.request_json("PUT", self._path, body)
             except ApiError as exc:
-                if exc.status in (409, 422):  # another replica got there first: use theirs next round
+                # 409: another replica wrote it first (created, or changed since our read):
+                # theirs is used next round. Anything else (a 422, a 403) is a failure.
+                if exc.status == 409:
                     log.info("webhook certificate written by another replica", extra={"secret": self.secret})
                     return False
                 raise
@@ -291,12 +352,13 @@ class CertManager:
                 "webhook certificate issued",
                 extra={"secret": f"{self.namespace}/{self.secret}", "names": list(self.names), "days": self.days},
             )
+            self._said_other = None
             data, rotated = self._read(), True
         # The bundle must hold the CA of the certificate being served, and from the Secret
         # nothing else.
         signer = _issuer(data) if data else None
-        current = self._ca_bundle()
-        if current is not None and signer is not None and signer not in _live_cas(current, _now()):
-            self._set_ca_bundle(b"".join([signer, *[c for c in _live_cas(current, _now()) if c != signer]]))
-            log.info("webhook caBundle updated", extra={"configuration": self.webhook_configuration})
+        if signer is not None:
+            self._update_bundle(
+                lambda current: None if signer in _live_cas(current, _now()) else _bundle(signer, None, current)
+            )
         return rotated

@@ -273,6 +273,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_webhook(args: argparse.Namespace) -> int:
+    import signal
+
+    from .. import logs
+    from ..cluster.api import Api, ApiError, connect
+    from ..webhook.host import UnsafeCertDir
+    from ..webhook.process import WebhookOptions, WebhookProcess
+
+    logs.setup(args.log_format, args.log_level)
+    options = WebhookOptions(
+        cert_dir=args.cert_dir,
+        port=args.port,
+        cert_reload=args.cert_reload,
+        metrics_port=args.metrics_port or None,
+        health_port=args.health_port or None,
+    )
+    try:
+        process = WebhookProcess(Api(connect(args.kubeconfig, args.context)), options)
+    except ApiError as exc:
+        raise UsageError(str(exc)) from None
+
+    def stop(signum: int, _frame: object) -> None:
+        process.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        process.run()
+    except ApiError as exc:
+        raise UsageError(f"cannot reach the API server: {exc}") from None
+    except UnsafeCertDir as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..cluster.api import Api, ApiError, connect
     from .doctor import FAIL, checks
@@ -418,7 +453,11 @@ def _run_command(sub: Any) -> None:
     p.add_argument("--lease-namespace", help="namespace of the Lease (default: the pod's own, else default)")
     p.add_argument("--lease-name", default="kube-headroom")
     p.add_argument("--webhook-port", type=int, default=9443, help="admission webhook HTTPS port (default 9443)")
-    p.add_argument("--webhook-cert-dir", help="directory with tls.crt and tls.key; the webhook runs only with it")
+    p.add_argument(
+        "--webhook-cert-dir",
+        help="directory with tls.crt and tls.key: serve the webhook in this process too (off-cluster "
+        "development; the chart runs it apart, as `headroom webhook`)",
+    )
     p.add_argument(
         "--webhook-cert-reload",
         type=float,
@@ -537,6 +576,29 @@ def _crds_command(sub: Any) -> None:
     p.set_defaults(func=cmd_crds)
 
 
+def _webhook_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "webhook",
+        help="serve the admission webhook alone (the chart's webhook Deployment); writes nothing to the cluster",
+    )
+    _kube_args(p)
+    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port of the admission webhook (default 9443)")
+    p.add_argument(
+        "--cert-dir",
+        required=True,
+        help="directory with tls.crt and tls.key (the Secret the controller's leader keeps, mounted); served "
+        "once they exist, reloaded when they change",
+    )
+    p.add_argument(
+        "--cert-reload", type=float, default=10.0, help="seconds between checks of the certificate files (default 10)"
+    )
+    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")
+    p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
+    p.set_defaults(func=cmd_webhook)
+
+
 def parser() -> argparse.ArgumentParser:
     # Invoked as the kubectl plugin, usage and errors say what the user typed.
     prog = "kubectl headroom" if Path(sys.argv[0]).name.startswith("kubectl-headroom") else "headroom"
@@ -544,6 +606,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"headroom {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     _run_command(sub)
+    _webhook_command(sub)
     _plan_command(sub)
     _explain_command(sub)
     _doctor_command(sub)

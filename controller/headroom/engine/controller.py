@@ -1,4 +1,4 @@
-"""`headroom run`: watches feed the cache (engine/handlers.py), the cache queues nodes,
+"""`headroom run`: watches feed the cache (cluster/handlers.py), the cache queues nodes,
 workers reconcile them (engine/reconciler.py), the leader writes status (engine/status.py),
 and every replica serves the webhook (webhook/host.py).
 
@@ -18,24 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster import decode
 from ..cluster.api import Api, ApiError
 from ..cluster.cache import ClusterCache, Stale
 from ..cluster.discovery import ServerFacts, discover
+from ..cluster.handlers import Watches, WatchHandlers
 from ..cluster.lease import LeaderElector
-from ..cluster.watch import Reflector
 from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
-from ..core import keys, limitrange, quota
-from ..core import neighbours as nb
+from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
 from ..core.records import Node
-from ..metrics import Metrics, serve
+from ..metrics import Metrics, serve_ports
 from ..webhook.host import Certificate, Replica, WebhookHost
 from ..webhook.server import Sources
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
-from .handlers import WatchHandlers
 from .queue import NodeQueue, WriteLimiter
 from .reconciler import Hooks, Reconciler
 from .status import StatusWriter
@@ -142,7 +139,6 @@ class Controller:
         self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
         self._blocked_logged: str | None = None
         self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
-        self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
         self.handlers = WatchHandlers(
             self.cache,
             self._queue,
@@ -153,9 +149,11 @@ class Controller:
             config_lock=self._config_lock,
             config_kinds=(keys.CONFIG_KIND, keys.PROFILE_KIND),
         )
+        self.watches = Watches(
+            api, self.handlers, self.stop, pods=True, timeout_seconds=self.options.watch_timeout, on_error=self._error
+        )
 
         self._servers: list[Any] = []
-        self.reflectors: list[Reflector] = []
         self.workers: list[threading.Thread] = []
         self.synced = threading.Event()
 
@@ -180,13 +178,7 @@ class Controller:
         """Why the view is incomplete now (a watch failing, relisting or not yet listed);
         None when every input is whole. Pods, nodes, namespaces and both custom resources
         feed every node's decision, so any one of them blocks every pod write."""
-        for r in self.reflectors:
-            why = r.problem()
-            if why is not None:
-                return why
-        if not self.reflectors:
-            return "the watches have not started"
-        return None
+        return self.watches.problem()
 
     def healthy(self) -> tuple[bool, str]:
         """/healthz: every long-running thread is alive and every watch hears from the server."""
@@ -201,11 +193,7 @@ class Controller:
             alive = getattr(server, "alive", None)
             if alive is not None and not alive():
                 return False, "the webhook server has stopped"
-        for r in self.reflectors:
-            ok, why = r.alive()
-            if not ok:
-                return False, why
-        return True, "ok"
+        return self.watches.alive()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -268,41 +256,6 @@ class Controller:
         self.backoff.forget(key)
         self.reconciler.forget(key)
 
-    def _reflector(self, path: str, on_list: Any, on_event: Any, stop: threading.Event | None = None) -> Reflector:
-        typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == keys.PODS_PATH else {}
-        return Reflector(
-            self.api,
-            path,
-            on_list,
-            on_event,
-            stop or self.stop,
-            timeout_seconds=self.options.watch_timeout,
-            on_error=self._error,
-            **typed,  # type: ignore[arg-type]
-        ).start()
-
-    def _watch_vpas(self) -> None:
-        """Watch VerticalPodAutoscalers while the server serves them (the CRD may come and
-        go). Until a new watch has listed, `inputs_problem` holds every write back."""
-        with self._config_lock:
-            if self.facts.vpa and self._vpa_stop is None:
-                self._vpa_stop = threading.Event()
-                self.reflectors.append(
-                    self._reflector(
-                        nb.VPA_PATH,
-                        self.handlers.neighbour_list(nb.VPA_KIND, nb.vpa_from_dict),
-                        self.handlers.neighbour_event(nb.VPA_KIND, nb.vpa_from_dict),
-                        self._vpa_stop,
-                    )
-                )
-                log.info("watching VerticalPodAutoscalers")
-            elif not self.facts.vpa and self._vpa_stop is not None:
-                self._vpa_stop.set()
-                self._vpa_stop = None
-                self.reflectors = [r for r in self.reflectors if r.path != nb.VPA_PATH]
-                self._queue(self.cache.replace_neighbours(nb.VPA_KIND, ()))
-                log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
-
     def _reconfigure(self) -> None:
         """The configuration changed (called by the handlers once both kinds are listed):
         take it, and queue the nodes whose settings it changed."""
@@ -333,15 +286,9 @@ class Controller:
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
         o = self.options
-        if o.metrics_port is not None and o.metrics_port == o.health_port:  # one port asked for both
-            self._servers.append(
-                serve(o.metrics_port, o.metrics_host, metrics=self.metrics, healthy=self.healthy, ready=self.ready)
-            )
-        else:
-            if o.metrics_port is not None:
-                self._servers.append(serve(o.metrics_port, o.metrics_host, metrics=self.metrics))
-            if o.health_port is not None:
-                self._servers.append(serve(o.health_port, o.metrics_host, healthy=self.healthy, ready=self.ready))
+        self._servers += serve_ports(
+            o.metrics_port, o.health_port, o.metrics_host, self.metrics, self.healthy, self.ready
+        )
         webhook = self._webhook_host()
         if webhook is not None:
             webhook.start()  # an unsafe certificate directory stops here, said once
@@ -353,22 +300,8 @@ class Controller:
         )
         if not self.facts.pods_resize:
             log.error("the API server does not serve pods/resize (Kubernetes >= 1.35 needed); nothing will be written")
-        h = self.handlers
-        watches = [
-            (keys.PODS_PATH, h.pods_list, h.pod_event),
-            (keys.NODES_PATH, h.nodes_list, h.node_event),
-            (keys.NAMESPACES_PATH, h.namespaces_list, h.namespace_event),
-            (keys.CONFIG_PATH, h.custom_list(keys.CONFIG_KIND), h.custom_event(keys.CONFIG_KIND)),
-            (keys.PROFILE_PATH, h.custom_list(keys.PROFILE_KIND), h.custom_event(keys.PROFILE_KIND)),
-        ]
-        for path, kind, build in (
-            (limitrange.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
-            (quota.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
-        ):
-            watches.append((path, h.neighbour_list(kind, build), h.neighbour_event(kind, build)))
-        for path, on_list, on_event in watches:
-            self.reflectors.append(self._reflector(path, on_list, on_event))
-        self._watch_vpas()
+        self.watches.start()
+        self.watches.follow_vpas(self.facts.vpa)
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
         self._spawn("blocked-log", self._log_blocked)
         if webhook is not None and webhook.certificate is not None:
@@ -412,17 +345,8 @@ class Controller:
     def _await_sync(self) -> None:
         """Workers start only once every list is in: acting on a partial view (missing
         pods, or a dryRun not yet seen) would write wrong limits."""
-        deadline = time.monotonic() + self.options.sync_timeout
-        for r in self.reflectors:
-            while not r.synced.wait(1.0):
-                if self.stop.is_set():
-                    return
-                if time.monotonic() > deadline:
-                    log.error(
-                        "still waiting for the first list; are the CRDs installed and RBAC granted?",
-                        extra={"path": r.path},
-                    )
-                    deadline = time.monotonic() + self.options.sync_timeout
+        if not self.watches.wait_synced(self.options.sync_timeout):
+            return
         self._refresh_pod_level()
         log.info(
             "caches synced",
@@ -430,7 +354,7 @@ class Controller:
                 "nodes": len(self.cache.nodes),
                 "pods": len(self.cache.pods),
                 "podLevelResize": self._pod_level_cluster,
-                "initialState": "WatchList stream" if all(r.watch_list for r in self.reflectors) else "paginated list",
+                "initialState": self.watches.initial_state(),
             },
         )
         nodes = set(self.cache.node_names())
@@ -482,7 +406,8 @@ class Controller:
             try:
                 self.facts = discover(self.api)
                 self._refresh_pod_level()
-                self._watch_vpas()
+                with self._config_lock:
+                    self.watches.follow_vpas(self.facts.vpa)
             except ApiError as exc:
                 log.warning("capability refresh failed", extra={"error": str(exc)})
                 self._error("capabilities")

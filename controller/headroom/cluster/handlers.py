@@ -1,4 +1,4 @@
-"""What each watch does with what it hears: turn the objects into slim records (one that
+"""The watches that feed a cache, and what each does with what it hears: turn the objects into slim records (one that
 cannot be read is logged, counted and skipped: it never stops a watch), put them in the
 cache, and queue the nodes the change makes stale."""
 
@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..cluster.cache import ClusterCache, Stale
+from ..core import keys, limitrange, quota
+from ..core import neighbours as nb
 from ..core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
+from . import decode
+from .api import Api
+from .cache import ClusterCache, Stale
+from .watch import Reflector
 
 log = logging.getLogger("headroom.controller")
 
@@ -153,3 +159,113 @@ class WatchHandlers:
                     self.on_config()
 
         return on_event
+
+
+class Watches:
+    """The reflectors that feed one cache through `handlers`: every input of a decision
+    (pods too when `pods`), plus VerticalPodAutoscalers while the server serves them.
+    Shared by the controller and the webhook, which read the same objects the same way
+    (the webhook does not watch pods)."""
+
+    def __init__(
+        self,
+        api: Api,
+        handlers: WatchHandlers,
+        stop: threading.Event,
+        *,
+        pods: bool,
+        timeout_seconds: int,
+        on_error: Callable[[str], None],
+    ) -> None:
+        self.api, self.handlers, self.stop, self.pods = api, handlers, stop, pods
+        self.timeout_seconds, self.on_error = timeout_seconds, on_error
+        self.reflectors: list[Reflector] = []
+        self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
+        self._lock = threading.Lock()
+
+    def _reflector(self, path: str, on_list: OnList, on_event: OnEvent, stop: threading.Event) -> Reflector:
+        typed = {"decode_event": decode.pod_event, "decode_page": decode.pod_list} if path == keys.PODS_PATH else {}
+        return Reflector(
+            self.api,
+            path,
+            on_list,
+            on_event,
+            stop,
+            timeout_seconds=self.timeout_seconds,
+            on_error=self.on_error,
+            **typed,  # type: ignore[arg-type]
+        ).start()
+
+    def start(self) -> None:
+        h = self.handlers
+        watches: list[tuple[str, OnList, OnEvent]] = [(keys.PODS_PATH, h.pods_list, h.pod_event)] if self.pods else []
+        watches += [
+            (keys.NODES_PATH, h.nodes_list, h.node_event),
+            (keys.NAMESPACES_PATH, h.namespaces_list, h.namespace_event),
+            (keys.CONFIG_PATH, h.custom_list(keys.CONFIG_KIND), h.custom_event(keys.CONFIG_KIND)),
+            (keys.PROFILE_PATH, h.custom_list(keys.PROFILE_KIND), h.custom_event(keys.PROFILE_KIND)),
+        ]
+        for path, kind, build in (
+            (limitrange.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
+            (quota.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
+        ):
+            watches.append((path, h.neighbour_list(kind, build), h.neighbour_event(kind, build)))
+        with self._lock:
+            for path, on_list, on_event in watches:
+                self.reflectors.append(self._reflector(path, on_list, on_event, self.stop))
+
+    def follow_vpas(self, served: bool) -> None:
+        """Watch VerticalPodAutoscalers while the server serves them (the CRD may come and
+        go). Until a new watch has listed, `problem` holds every decision back."""
+        h = self.handlers
+        with self._lock:
+            if served and self._vpa_stop is None:
+                self._vpa_stop = threading.Event()
+                vpa = nb.VPA_KIND, nb.vpa_from_dict
+                self.reflectors.append(
+                    self._reflector(nb.VPA_PATH, h.neighbour_list(*vpa), h.neighbour_event(*vpa), self._vpa_stop)
+                )
+                log.info("watching VerticalPodAutoscalers")
+            elif not served and self._vpa_stop is not None:
+                self._vpa_stop.set()
+                self._vpa_stop = None
+                self.reflectors = [r for r in self.reflectors if r.path != nb.VPA_PATH]
+                h.enqueue(h.cache.replace_neighbours(nb.VPA_KIND, ()))
+                log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
+
+    def problem(self) -> str | None:
+        """Why the view is incomplete now (a watch failing, relisting or not yet listed);
+        None when every input is whole."""
+        for r in self.reflectors:
+            why = r.problem()
+            if why is not None:
+                return why
+        if not self.reflectors:
+            return "the watches have not started"
+        return None
+
+    def alive(self) -> tuple[bool, str]:
+        for r in self.reflectors:
+            ok, why = r.alive()
+            if not ok:
+                return False, why
+        return True, "ok"
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Until every first list is in (False when stopped first), saying every `timeout`
+        seconds which one is still missing."""
+        deadline = time.monotonic() + timeout
+        for r in list(self.reflectors):
+            while not r.synced.wait(1.0):
+                if self.stop.is_set():
+                    return False
+                if time.monotonic() > deadline:
+                    log.error(
+                        "still waiting for the first list; are the CRDs installed and RBAC granted?",
+                        extra={"path": r.path},
+                    )
+                    deadline = time.monotonic() + timeout
+        return True
+
+    def initial_state(self) -> str:
+        return "WatchList stream" if all(r.watch_list for r in self.reflectors) else "paginated list"
