@@ -63,11 +63,17 @@ class Cluster:
         except ApiError:
             return None
 
+    def webhook_pods(self) -> list[dict[str, Any]]:
+        pods = self.api.get(
+            f"/api/v1/namespaces/{NS}/pods", {"labelSelector": "app.kubernetes.io/name=kube-headroom-webhook"}
+        )
+        return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+
     def serving(self) -> bool:
-        """Every controller pod serves the webhook (the kubelet has put the Secret in its
+        """Every webhook pod serves the webhook (the kubelet has put the Secret in its
         mounted directory)."""
-        pods = self.controller_pods()
-        return bool(pods) and all('"webhook serving"' in self.node.container_log(p, "controller") for p in pods)
+        pods = self.webhook_pods()
+        return bool(pods) and all('"webhook serving"' in self.node.container_log(p, "webhook") for p in pods)
 
     def leader(self, release: str = "headroom") -> str:
         """The pod holding the controller's Lease (named after the Helm release)."""

@@ -8,10 +8,11 @@ import time
 
 
 def post_review(
-    port: int, body: bytes, ca: bytes, source: str | None = None, timeout: float = 30
+    port: int, body: bytes, ca: bytes, source: str | None = None, timeout: float = 30, host: str = "127.0.0.1"
 ) -> tuple[int, bytes, float]:
     """(HTTP status, response body, seconds from the first byte sent to the last read) for one
-    POST /mutate to the webhook on loopback `port`, from the address `source` when given."""
+    POST /mutate to the webhook on `host` (loopback by default) and `port`, from the address
+    `source` when given."""
     ctx = ssl.create_default_context(cadata=ca.decode())
     ctx.check_hostname = False
     raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -20,7 +21,7 @@ def post_review(
         raw.setsockopt(socket.IPPROTO_IP, 24, 1)  # IP_BIND_ADDRESS_NO_PORT: the port is picked at connect
         raw.bind((source, 0))
     started = time.monotonic()
-    raw.connect(("127.0.0.1", port))
+    raw.connect((host, port))
     with raw, ctx.wrap_socket(raw) as tls:
         tls.sendall(
             b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -90,7 +90,7 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
     for doc in applied:
         api.apply(doc, "headroom-tests")
     try:
-        (sa,) = find(docs, "ServiceAccount")
+        (sa,) = (a for a in find(docs, "ServiceAccount") if a["metadata"]["name"] == release)  # the controller's
         token = api.post(
             f"/api/v1/namespaces/{ns}/serviceaccounts/{sa['metadata']['name']}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},

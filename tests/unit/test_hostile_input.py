@@ -495,6 +495,16 @@ def test_a_prometheus_that_trickles_or_never_ends_its_answer_is_one_line():
             except OSError:
                 pass
 
+    def trickled_headers(conn: Any) -> None:  # the deadline used to start after the headers
+        with conn:
+            conn.recv(65536)
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 10:
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
     def endless(conn: Any) -> None:
         with conn:
             conn.recv(65536)
@@ -508,6 +518,7 @@ def test_a_prometheus_that_trickles_or_never_ends_its_answer_is_one_line():
 
     for handler, timeout, expected in (
         (trickle, 2.0, "did not answer within 2 s"),
+        (trickled_headers, 2.0, "did not answer within 2 s"),
         (endless, 30.0, "larger than 4 MiB"),
     ):
         url, server = _serve_once(handler)
@@ -526,3 +537,26 @@ def test_sample_times_outside_any_clock_are_skipped():
 
     result = [{"metric": {"container": "app"}, "values": [[1e300, "1"], [-5, "1"], [1700000000, "0.5"]]}]
     assert matrix_of(result) == {"app": [(1700000000.0, 0.5)]}
+
+
+def test_samples_no_query_can_answer_and_labels_no_name_can_hold_are_skipped():
+    """Before: a sample of 1e306 ended `explain --prometheus` in an OverflowError (its
+    rounding), and a label holding a newline printed a line of its own."""
+    from headroom.cluster.prometheus import matrix_of, vector_of
+
+    huge = [{"metric": {"container": "app"}, "values": [[1700000000, "1e306"], [1700000001, "0.5"]]}]
+    assert matrix_of(huge) == {"app": [(1700000001.0, 0.5)]}
+    forged = {"metric": {"namespace": "team", "pod": "web\nok: nothing throttled"}, "value": [1.0, "0.9"]}
+    honest = {"metric": {"namespace": "team", "pod": "web"}, "value": [1.0, "0.5"]}
+    assert vector_of([forged, honest], ("namespace", "pod")) == {"team/web": 0.5}
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:99999/mutate", f"https://{'a' * 70}.example/mutate"])
+def test_doctor_says_what_is_wrong_with_a_webhook_url_the_api_server_stores(url):
+    """Before: a port out of range ended doctor in ValueError, a 70-letter host label in
+    UnicodeError (both URLs the API server accepts and stores)."""
+    from headroom.cluster.certs import issue
+    from headroom.commands.doctor import _url_trust_checks
+
+    (finding,) = _url_trust_checks("headroom", url, issue(["127.0.0.1"], 1)[0], timeout=1)
+    assert finding.level in ("fail", "warn") and url.split("/")[2] in finding.message, finding

@@ -94,3 +94,13 @@ def test_the_rules_decide_like_the_server_on_both_sides_of_each_bound():
     assert spec_problems(minBurstFloor="500m\n") == ["spec.minBurstFloor"]  # Go's `$` is the very end
     assert spec_problems(deadband={"shrink": 0.2}) == ["spec.deadband"]  # merged with its default grow 0.10
     assert spec_problems(maxMultiplier=0) == [] and spec_problems(maxMultiplier=0.5) == ["spec.maxMultiplier"]
+
+
+@pytest.mark.parametrize(("first", "second"), [("on", "true"), ("yes", "Y"), ("1", "0x1"), ("off", "false")])
+def test_keys_equal_after_yaml_1_1_resolution_are_refused_as_duplicates(first, second):
+    """Before: `on:` and `true:` in one map merged silently, keeping the first value (kubectl
+    keeps the last): a duplicate key under another spelling."""
+    from headroom.api.yamlread import DuplicateKey
+
+    with pytest.raises(DuplicateKey, match=f"written '{first}' \\(line 2\\) and '{second}' \\(line 3\\)"):
+        load_all(f"m:\n  {first}: a\n  {second}: b\n")

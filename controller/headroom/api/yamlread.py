@@ -130,6 +130,27 @@ def _allowed_alias_ratio(decoded: int) -> float:
     return 0.99 - 0.89 * (decoded - 400_000) / 3_600_000
 
 
+def _refuse_equal_keys(node: CommentedMap, resolved: dict[Any, str]) -> None:
+    """Two keys that are one after YAML 1.1 resolution (`on` and `true`, `1` and `0x1`)
+    are a duplicate key, as two equal spellings are: refused, not merged."""
+    first: dict[str, Any] = {}
+    for k, new in resolved.items():
+        if new not in first:
+            first[new] = k
+            continue
+
+        def where(key: Any) -> str:
+            try:
+                return f" (line {node.lc.key(key)[0] + 1})"
+            except (AttributeError, KeyError, TypeError):
+                return ""
+
+        raise DuplicateKey(
+            f"duplicate key {new!r}: written {first[new]!r}{where(first[new])} and {k!r}{where(k)}, which YAML 1.1 "
+            "reads as the same key (kubectl keeps the last silently); keep one"
+        )
+
+
 class _Walk:
     """Resolves a document once per node, and counts it as if every alias were expanded
     (what turning it into JSON would do), to refuse an alias bomb the way go-yaml does."""
@@ -164,9 +185,12 @@ class _Walk:
             size = 1
             self.decoded += 1
             if isinstance(node, CommentedMap):
-                for k in list(node.keys()):
+                keys = list(node.keys())
+                resolved = {k: _key(resolve_plain(k)) if type(k) is str else _key(k) for k in keys}
+                _refuse_equal_keys(node, resolved)
+                for k in keys:
                     v = node[k]
-                    new_key = _key(resolve_plain(k)) if type(k) is str else _key(k)
+                    new_key = resolved[k]
                     value, n = self.resolve(v, depth + 1)
                     size += n
                     if new_key != k:
@@ -193,6 +217,10 @@ class _Walk:
 
 class DepthError(ValueError):
     """A document kubectl could not turn into JSON: nested too deeply, or holding `.inf`/`.nan`."""
+
+
+class DuplicateKey(DepthError):
+    """Two keys of one map that YAML 1.1 resolves to the same key."""
 
 
 def load_all(text: str) -> list[Any]:

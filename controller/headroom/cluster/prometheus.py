@@ -61,8 +61,30 @@ class Prometheus:
         self.http = urllib3.PoolManager(retries=False)
 
     def _read(self, path: str, fields: dict[str, str]) -> tuple[int, bytes]:
-        deadline = time.monotonic() + self.timeout
-        late = f"Prometheus at {self.url} did not answer within {self.timeout:g} s"
+        """(status, body), or PrometheusError. The query runs on a thread of its own that
+        the caller waits for until the deadline: socket timeouts bound each read, not the
+        whole exchange, so a server that trickles its headers or its body a byte at a time
+        would otherwise never be cut. A query given up on is left to end with the socket
+        (a daemon thread; the command has moved on)."""
+        outcome: list[tuple[int, bytes] | BaseException] = []
+
+        def fetch() -> None:
+            try:
+                outcome.append(self._fetch(path, fields))
+            except BaseException as exc:  # handed to the caller
+                outcome.append(exc)
+
+        worker = threading.Thread(target=fetch, name="prometheus-query", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if not outcome:
+            raise PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout:g} s")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _fetch(self, path: str, fields: dict[str, str]) -> tuple[int, bytes]:
         try:
             r = self.http.request(
                 "GET",
@@ -72,13 +94,7 @@ class Prometheus:
                 timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            if time.monotonic() >= deadline:
-                raise PrometheusError(late) from None
             raise PrometheusError(f"Prometheus at {self.url} is unreachable: {exc}") from None
-        # Socket timeouts bound each read, not the whole body: a timer cuts the body off.
-        timer = threading.Timer(max(0.0, deadline - time.monotonic()), r.shutdown)
-        timer.daemon = True
-        timer.start()
         chunks, size = [], 0
         try:
             for chunk in r.stream(65536):
@@ -90,14 +106,9 @@ class Prometheus:
                     )
                 chunks.append(chunk)
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            if time.monotonic() >= deadline:
-                raise PrometheusError(late) from None
             raise PrometheusError(f"Prometheus at {self.url} broke off its answer: {exc}") from None
         finally:
-            timer.cancel()
             r.release_conn()
-        if time.monotonic() >= deadline:
-            raise PrometheusError(late)
         return r.status, b"".join(chunks)
 
     def _get(self, path: str, fields: dict[str, str]) -> Any:
@@ -127,19 +138,27 @@ class Prometheus:
         return matrix_of(self._get("/api/v1/query_range", fields))
 
 
+# No sample this client reads (cores, shares, seconds, unix times) comes near this; a
+# larger one is not Prometheus's answer to the query, and rounding it could overflow.
+MAX_VALUE = 1e15
+
+
 def _number(value: Any) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) < MAX_VALUE else None
 
 
 def _key(series: Any, labels: tuple[str, ...]) -> str | None:
+    """The series' `labels` joined by '/'; None for a series whose labels are not what
+    Kubernetes names can be (a control character: a newline would print a line of its own)."""
     metric = series.get("metric") if isinstance(series, dict) else None
     if not isinstance(metric, dict):
         return None
-    return "/".join(str(metric.get(label, "")) for label in labels)
+    key = "/".join(str(metric.get(label, "")) for label in labels)
+    return None if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key) else key
 
 
 def vector_of(result: list[Any], labels: tuple[str, ...]) -> dict[str, float]:

@@ -105,7 +105,7 @@ def _endpoint_checks(api: Api, name: str, namespace: str, svc: str) -> Iterator[
             "webhook",
             f"Service {namespace}/{svc} has no ready endpoints: the API server cannot call the webhook, so new "
             "pods get no limit at creation (it fails open); check that the Service's selector matches the "
-            f"controller's pods and that they are Ready (kubectl get endpointslices,pods -n {namespace})",
+            f"webhook's pods and that they are Ready (kubectl get endpointslices,pods -n {namespace})",
         )
 
 
@@ -148,8 +148,12 @@ def _url_trust_checks(name: str, url: str, bundle: bytes, timeout: float = 5.0) 
     """A webhook called by URL (a controller run off-cluster): what the API server does
     with it, done from here — a TLS handshake with the URL's host that must verify with
     the caBundle alone."""
-    parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname or "", parts.port or 443
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port or 443
+    except ValueError as exc:  # a port out of range, say: stored as given, but no address
+        yield Finding(FAIL, "webhook", f"{name} calls {url!r}, which has no usable port ({exc}): new pods get no limit")
+        return
     if not bundle:
         yield Finding(
             FAIL,
@@ -179,7 +183,7 @@ def _url_trust_checks(name: str, url: str, bundle: bytes, timeout: float = 5.0) 
             "leader puts its CA back at its next certificate check",
         )
         return
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, ValueError) as exc:  # ValueError: a host name no resolver takes (a 70-letter label)
         yield Finding(WARN, "webhook", f"{url} could not be reached from here ({exc}); the API server may reach it")
         return
     yield Finding(OK, "webhook", f"{name}'s caBundle trusts the certificate served at {url}")

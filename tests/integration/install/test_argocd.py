@@ -320,13 +320,13 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     assert _limit(c) == 0
 
     # Commit dryRun: false: Argo CD applies it, the controller writes the limit. The node
-    # has 2 CPUs; two controller replicas and the web pod book 100m each; the web pod alone
-    # is managed, in pool batch (no multiplier cap): 100m + 1700m.
+    # has 2 CPUs; two controller replicas, two webhook replicas and the web pod book 100m
+    # each; the web pod alone is managed, in pool batch (no multiplier cap): 100m + 1500m.
     sha, pushed = gitops.push(
         "Headroom: out of dry-run", {CONFIG: gitops.git.edit(CONFIG, "dryRun: true", "dryRun: false")}
     )
     assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"
-    wait("the web pod's fair limit", lambda: _limit(c) == 1800, timeout=120)
+    wait("the web pod's fair limit", lambda: _limit(c) == 1600, timeout=120)
     active_at = time.monotonic() - pushed
     gitops.healthy(CONFIG_APP)
     web = _web(c)
@@ -365,7 +365,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
         "Degraded", stalled["message"],
     ), (stalled, judged, degraded)  # fmt: skip
     web = _web(c)
-    assert web is not None and int(web["metadata"]["generation"]) == written and _limit(c) == 1800
+    assert web is not None and int(web["metadata"]["generation"]) == written and _limit(c) == 1600
 
     # Reverted: Healthy again.
     sha, _ = gitops.push("Revert the deadband", {CONFIG: good})

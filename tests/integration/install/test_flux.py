@@ -126,12 +126,12 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     assert limit(api, "team", "app") == 0
 
     # Commit dryRun: false: Flux applies it, the controller writes the limits. The node has
-    # 2 CPUs; two controller replicas and the app book 100m each; the app alone is managed,
-    # in pool batch (no multiplier cap): 100m + 1700m.
+    # 2 CPUs; two controller replicas, two webhook replicas and the app book 100m each; the
+    # app alone is managed, in pool batch (no multiplier cap): 100m + 1500m.
     sha, pushed = gitops.push(
         "Headroom: out of dry-run", {CONFIG: gitops.git.edit(CONFIG, "dryRun: true", "dryRun: false")}
     )
-    wait("the app's fair limit", lambda: limit(api, "team", "app") == 1800, timeout=120)
+    wait("the app's fair limit", lambda: limit(api, "team", "app") == 1600, timeout=120)
     active_at = time.monotonic() - pushed
     assert gitops.settled("kube-headroom-config", sha)[:2] == ("True", "ReconciliationSucceeded")
     written = _generation(c, "app")
@@ -160,7 +160,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
         stalled
     )
     time.sleep(3)
-    assert _generation(c, "app") == written and limit(api, "team", "app") == 1800  # nothing written with it
+    assert _generation(c, "app") == written and limit(api, "team", "app") == 1600  # nothing written with it
 
     # Reverted: healthy again.
     sha, _ = gitops.push("Revert the deadband", {CONFIG: good})

@@ -104,7 +104,11 @@ def imported(image: BuiltImage, real_node: RealNode) -> Iterator[str]:
 def _chart_pod(name: str, image: str, node: str, args: list[str], config_map: str) -> dict[str, Any]:
     """A pod with the controller container as the chart renders it (securityContext, probes
     left out: this runs one command), the rendered args replaced by `args`."""
-    (deployment,) = find(render(), "Deployment")
+    (deployment,) = (
+        d
+        for d in find(render(), "Deployment")
+        if d["spec"]["template"]["spec"]["containers"][0]["name"] == "controller"
+    )
     spec = deployment["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     return {
