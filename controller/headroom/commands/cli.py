@@ -217,13 +217,32 @@ def _own_namespace() -> str:
         return "default"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _run_until_stopped(process: Any) -> int:
+    """Run a long-lived process (`run`, `webhook`) until SIGTERM or SIGINT sets its `stop`."""
     import signal
+
+    from ..cluster.api import ApiError
+    from ..webhook.host import UnsafeCertDir
+
+    def stop(signum: int, _frame: object) -> None:
+        process.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        process.run()
+    except ApiError as exc:
+        raise UsageError(f"cannot reach the API server: {exc}") from None
+    except UnsafeCertDir as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
 
     from .. import logs
     from ..cluster.api import Api, ApiError, connect
     from ..engine.controller import Controller, Options
-    from ..webhook.host import UnsafeCertDir
 
     logs.setup(args.log_format, args.log_level)
     options = Options(
@@ -259,26 +278,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ApiError as exc:
         raise UsageError(str(exc)) from None
 
-    def stop(signum: int, _frame: object) -> None:
-        controller.stop.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        controller.run()
-    except ApiError as exc:
-        raise UsageError(f"cannot reach the API server: {exc}") from None
-    except UnsafeCertDir as exc:
-        raise UsageError(str(exc)) from None
-    return 0
+    return _run_until_stopped(controller)
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
-    import signal
 
     from .. import logs
     from ..cluster.api import Api, ApiError, connect
-    from ..webhook.host import UnsafeCertDir
     from ..webhook.process import WebhookOptions, WebhookProcess
 
     logs.setup(args.log_format, args.log_level)
@@ -294,18 +300,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     except ApiError as exc:
         raise UsageError(str(exc)) from None
 
-    def stop(signum: int, _frame: object) -> None:
-        process.stop.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        process.run()
-    except ApiError as exc:
-        raise UsageError(f"cannot reach the API server: {exc}") from None
-    except UnsafeCertDir as exc:
-        raise UsageError(str(exc)) from None
-    return 0
+    return _run_until_stopped(process)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

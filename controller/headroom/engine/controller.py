@@ -1,6 +1,7 @@
 """`headroom run`: watches feed the cache (cluster/handlers.py), the cache queues nodes,
 workers reconcile them (engine/reconciler.py), the leader writes status (engine/status.py),
-and every replica serves the webhook (webhook/host.py).
+and, in development (`--webhook-cert-dir`), the process serves the webhook too
+(webhook/host.py; the chart runs it apart, as `headroom webhook`).
 
 This module assembles those parts and runs their threads: the options, the wiring between
 the parts, start-up (capabilities, watches, the first sync), the loops, and shutdown. It is
@@ -230,8 +231,8 @@ class Controller:
         if not self.synced.is_set():
             return False, "caches not synced"
         # A failed or throttled write is the API server's state, not this replica's: it shows in
-        # status, metrics and logs. Flipping readiness on it would also pull the webhook out of
-        # its Service while the server is having trouble.
+        # status, metrics and logs. Flipping readiness on it would only stall a rolling update
+        # while the server is having trouble.
         return True, "ok"
 
     def _pod_level_for(self, node: Node) -> bool:
