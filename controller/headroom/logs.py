@@ -34,9 +34,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+def _text(value: Any) -> str:
+    """A field's value for a text line: quoted and escaped (as JSON) when it holds a space,
+    a quote, `=` or a control character, so that a name from the cluster can neither start
+    a line of its own nor move the terminal's cursor."""
+    text = str(value)
+    if any(ch in ' "=' or ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in text):
+        return orjson.dumps(text).decode()
+    return text
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
+        extra = " ".join(f"{k}={_text(v)}" for k, v in _fields(record).items())
         line = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname:<7} {record.getMessage()}"
         line = f"{line}  {extra}" if extra else line
         if record.exc_info:

@@ -1,19 +1,37 @@
-"""The webhook's decision for an ordinary pod at scale: 5,000 nodes and 20 or 100
-NodePoolProfiles, each node labelled into one pool (simulated inputs, the real decision
-code). Prints p50/p99 per decision and the process's peak RSS and CPU seconds, with each
-node's settings cached per configuration (the product) and, in the same run, looked up
-anew for every decision (the baseline: what every decision did before the cache).
+"""The webhook under load, two parts in one run.
 
-    .venv/bin/python tests/bench/bench_admission.py [--nodes 5000] [--decisions 200]
+1. The decision for an ordinary pod at scale: 5,000 nodes and 20 or 100 NodePoolProfiles,
+   each node labelled into one pool (simulated inputs, the real decision code). p50/p99 per
+   decision and the process's CPU seconds, with each node's settings cached per
+   configuration (the product) and, in the same run, looked up anew for every decision (the
+   baseline: what every decision did before the cache).
+2. Admission under attack: the real webhook server (`WebhookServer`, TLS, the connection
+   guard, the fair queue) in a process of its own over the same 5,000 simulated nodes and
+   20 profiles, as `headroom webhook` runs it; honest reviews (an ordinary pod, requester
+   `honest`) sent open-loop every 50 ms, their latency measured from each intended send
+   time, alone (baseline) and beside each attack of a hostile tenant in turn, each on a
+   fresh server; the server process's peak RSS (VmHWM) per row.
+
+    .venv/bin/python tests/bench/bench_admission.py [--nodes 5000] [--decisions 200] [--window 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import resource
+import socket
+import ssl
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "controller")]
@@ -23,6 +41,7 @@ from headroom.core.params import Resolver, Settings  # noqa: E402
 from headroom.core.records import Namespace, Node, node_from_dict  # noqa: E402
 from headroom.webhook import mutation  # noqa: E402
 from headroom.webhook.server import Sources, review_response  # noqa: E402
+from webhook_client import post_review  # noqa: E402
 
 
 def resolver(profiles: int) -> Resolver:
@@ -45,18 +64,30 @@ def resolver(profiles: int) -> Resolver:
     return Resolver.build(settings_from(cfg), profs)
 
 
-def review(i: int) -> dict:
-    pod = {
+ORDINARY = [{"name": "app", "image": "x", "resources": {"requests": {"cpu": "250m"}}}]
+
+
+def review(i: int, user: str = "honest", containers: list | None = None, affinity: dict | None = None) -> dict:
+    pod: dict = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"generateName": "web-", "namespace": "team"},
-        "spec": {"containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": "250m"}}}]},
+        "spec": {"containers": containers or ORDINARY},
     }
-    request = {"uid": f"u{i}", "kind": {"kind": "Pod"}, "namespace": "team", "operation": "CREATE", "object": pod}
+    if affinity:
+        pod["spec"]["affinity"] = affinity
+    request = {
+        "uid": f"u{i}",
+        "kind": {"kind": "Pod"},
+        "namespace": "team",
+        "operation": "CREATE",
+        "userInfo": {"username": user},
+        "object": pod,
+    }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-def run(nodes: int, profiles: int, decisions: int, cached: bool) -> tuple[float, float, float]:
+def cluster(nodes: int, profiles: int) -> Sources:
     res = resolver(profiles)
     known = {}
     for i in range(nodes):
@@ -70,7 +101,11 @@ def run(nodes: int, profiles: int, decisions: int, cached: bool) -> tuple[float,
         node = node_from_dict(raw)
         known[node.name] = node
     team = Namespace("team", {"kube-headroom.dev/mode": "managed"})
-    sources = Sources(lambda name: team if name == "team" else None, lambda: res, nodes=lambda: known)
+    return Sources(lambda name: team if name == "team" else None, lambda: res, nodes=lambda: known)
+
+
+def run(nodes: int, profiles: int, decisions: int, cached: bool) -> tuple[float, float, float]:
+    sources = cluster(nodes, profiles)
     times = []
     saved = mutation._node_settings
     if not cached:
@@ -96,10 +131,246 @@ class _Uncached:
         return mutation.node_settings(node, res)
 
 
+# --- part 2: the server under attack ----------------------------------------------------
+
+
+def serve(port: int, metrics_port: int, cert_dir: str, nodes: int, profiles: int) -> None:
+    """The server process: `headroom webhook`'s server and metrics over simulated caches."""
+    from headroom.metrics import AdmissionMetrics, serve_ports
+    from headroom.webhook.server import WebhookServer
+
+    metrics = AdmissionMetrics()
+    sources = cluster(nodes, profiles)
+    server = WebhookServer(port, Path(cert_dir), sources, "127.0.0.1", metrics.observe_webhook).start()
+    serve_ports(metrics_port, None, "127.0.0.1", metrics, lambda: (True, "ok"), lambda: (True, "ok"))
+    print("ready", flush=True)
+    sys.stdin.read()  # until the bench closes it
+    server.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _peak_rss(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _tls(ca: bytes) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    ctx.check_hostname = False
+    return ctx
+
+
+def _post_head(length: int) -> bytes:
+    return (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {length}\r\n\r\n".encode()
+    )
+
+
+class Attack:
+    """A hostile tenant's traffic, run on threads until `stop` is set."""
+
+    def __init__(self, name: str, threads: int, body: Callable[[Attack, int], None]) -> None:
+        self.name, self.threads, self.body = name, threads, body
+        self.stop = threading.Event()
+        self.port = self.metrics_port = 0
+        self.ca = b""
+        self.sent = 0
+        self.errors = 0
+
+    def loop(self, i: int) -> None:
+        while not self.stop.is_set():
+            try:
+                self.body(self, i)
+                self.sent += 1
+            except (OSError, ValueError):
+                self.errors += 1
+                self.stop.wait(0.01)
+
+
+def costly(a: Attack, i: int) -> None:
+    """An in-budget review that costs a call per node: a required node affinity of 299
+    matchFields values (18 KiB)."""
+    post_review(a.port, COSTLY, a.ca, timeout=10)
+
+
+def abandoned(a: Attack, i: int) -> None:
+    """A review sent and its connection closed at once: nothing should be decided for it."""
+    with socket.create_connection(("127.0.0.1", a.port), timeout=5) as raw, _tls(a.ca).wrap_socket(raw) as tls:
+        tls.sendall(_post_head(len(COSTLY)) + COSTLY)
+
+
+def trickled(a: Attack, i: int) -> None:
+    """A 3 MB body sent a few KiB at a time, from another address, for as long as it may."""
+    raw = socket.socket()
+    raw.setsockopt(socket.IPPROTO_IP, 24, 1)
+    raw.bind(("127.0.0.2", 0))
+    raw.settimeout(5)
+    raw.connect(("127.0.0.1", a.port))
+    with raw, _tls(a.ca).wrap_socket(raw) as tls:
+        tls.sendall(_post_head(3_000_000))
+        for _ in range(200):
+            if a.stop.is_set():
+                return
+            tls.sendall(b" " * 4096)
+            time.sleep(0.01)
+
+
+def unread(a: Attack, i: int) -> None:
+    """A review of a pod of 17,000 containers (2.9 MiB, answered with a 2.4 MiB patch), its
+    answer never read."""
+    raw = socket.create_connection(("127.0.0.1", a.port), timeout=30)
+    tls = _tls(a.ca).wrap_socket(raw)
+    tls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    tls.sendall(_post_head(len(HUGE)) + HUGE)
+    a.stop.wait(3)  # holds the connection, reading nothing
+    tls.close()
+
+
+def scrape(a: Attack, i: int) -> None:
+    with socket.create_connection(("127.0.0.1", a.metrics_port), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        while s.recv(65536):
+            pass
+
+
+def silent(a: Attack, i: int) -> None:
+    """A TCP connection that never starts its handshake: 100 per thread, renewed as closed."""
+    held = []
+    with contextlib.ExitStack() as stack:
+        for _ in range(100):
+            held.append(stack.enter_context(socket.create_connection(("127.0.0.1", a.port), timeout=5)))
+        a.stop.wait(2)
+
+
+def burst(a: Attack, i: int) -> None:
+    """Ordinary pods of another requester, 64 at once."""
+    post_review(a.port, ORDINARY_BODY, a.ca, timeout=10)
+
+
+COSTLY = b""
+HUGE = b""
+ORDINARY_BODY = b""
+
+ATTACKS = [
+    Attack("small costly flood (32 clients)", 32, costly),
+    Attack("abandoned reviews (32 clients)", 32, abandoned),
+    Attack("trickled 3 MB bodies (6 conns)", 6, trickled),
+    Attack("unread 2.9 MiB answers (8 clients)", 8, unread),
+    Attack("scrape flood (16 scrapers)", 16, scrape),
+    Attack("handshake flood (1,500 conns)", 15, silent),
+    Attack("64-pod burst, other requester", 64, burst),
+]
+
+
+def attack_row(attack: Attack | None, nodes: int, profiles: int, window: float, ca: bytes, cert_dir: str) -> str:
+    port, metrics_port = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), str(metrics_port), cert_dir, str(nodes), str(profiles)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        honest = json.dumps(review(0)).encode()
+        post_review(port, honest, ca)  # warm: the first decision builds the settings cache
+        threads = []
+        if attack is not None:
+            attack.port, attack.metrics_port, attack.ca = port, metrics_port, ca
+            attack.stop.clear()
+            threads = [threading.Thread(target=attack.loop, args=(i,), daemon=True) for i in range(attack.threads)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)  # the attack under way
+        sends = int(window / 0.05)
+        start = time.monotonic() + 0.05
+        latencies: list[float] = []
+        timeouts = 0
+
+        def one(k: int) -> None:
+            nonlocal timeouts
+            intended = start + k * 0.05
+            time.sleep(max(0.0, intended - time.monotonic()))
+            try:
+                status, _, _ = post_review(port, honest, ca, timeout=2)
+                if status != 200:
+                    timeouts += 1
+                    return
+            except OSError:
+                timeouts += 1
+                return
+            latencies.append(time.monotonic() - intended)
+
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(one, range(sends)))
+        rss = _peak_rss(proc.pid)
+        if attack is not None:
+            attack.stop.set()
+            for t in threads:
+                t.join(10)
+        latencies.sort()
+        p50 = statistics.median(latencies) * 1000 if latencies else float("nan")
+        p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000 if latencies else float("nan")
+        name = attack.name if attack is not None else "baseline (no attack)"
+        sent = f"{attack.sent:>7}" if attack is not None else f"{'-':>7}"
+        return f"{name:<38} {p50:>8.1f} {p99:>8.1f} {timeouts:>5}/{sends:<4} {rss:>8.0f} {sent}"
+    finally:
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def attacks(nodes: int, window: float, only: list[str] | None) -> None:
+    from headroom.cluster.certs import issue
+
+    global COSTLY, HUGE, ORDINARY_BODY
+    values = [f"n{k}" for k in range(299)]
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": values}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    COSTLY = json.dumps(review(1, "tenant", affinity=affinity)).encode()
+    many = [{"name": f"c{k}", "image": "x", "resources": {"requests": {"cpu": "10m"}}} for k in range(17_000)]
+    HUGE = json.dumps(review(2, "tenant", containers=many)).encode()
+    ORDINARY_BODY = json.dumps(review(3, "tenant")).encode()
+    ca, crt, key = issue(["127.0.0.1"], 1)
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "tls.crt").write_bytes(crt)
+        (Path(d) / "tls.key").write_bytes(key)
+        os.chmod(Path(d) / "tls.key", 0o600)
+        print()
+        print(
+            f"honest reviews every 50 ms for {window:g} s beside each attack: the real server in its own process, "
+            f"{nodes} simulated nodes, 20 profiles"
+        )
+        print(f"{'attack':<38} {'p50 ms':>8} {'p99 ms':>8} {'failed':>10} {'RSS MiB':>8} {'attacks':>7}")
+        for attack in [None, *ATTACKS]:
+            if attack is not None and only and not any(o in attack.name for o in only):
+                continue
+            print(attack_row(attack, nodes, 20, window, ca, d), flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        port, metrics_port, cert_dir, nodes, profiles = sys.argv[2:7]
+        serve(int(port), int(metrics_port), cert_dir, int(nodes), int(profiles))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--decisions", type=int, default=200)
+    ap.add_argument("--window", type=float, default=6.0, help="seconds of honest reviews beside each attack")
+    ap.add_argument("--attack", action="append", help="run only the attacks whose name holds this (repeatable)")
     args = ap.parse_args()
     print(f"an ordinary pod's decision at {args.nodes} nodes (simulated inputs, the real decision code)")
     print(f"{'profiles':>8} {'lookup':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU s':>6}")
@@ -108,6 +379,7 @@ def main() -> None:
             p50, p99, cpu = run(args.nodes, profiles, args.decisions, cached)
             print(f"{profiles:>8} {name:>10} {p50 * 1000:>8.1f} {p99 * 1000:>8.1f} {cpu:>6.1f}")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    attacks(args.nodes, args.window, args.attack)
 
 
 if __name__ == "__main__":

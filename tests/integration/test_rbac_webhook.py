@@ -126,16 +126,20 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
             )
             assert "may not change" in (refused({"metadata": {"labels": {"app": "other"}}}) or "")
             assert refused({"metadata": {"annotations": {"kube-headroom.dev/probe": "x"}}}) is None  # its own prefix
-            # Through pods/resize its token may change CPU limits only, on any pod (a
-            # kube-system one here): requests, memory, a CPU limit removed are refused.
+            # Through pods/resize its token may change CPU limits only: requests, memory, a
+            # CPU limit removed are refused; and never in kube-system or its own namespace.
+            for where in ("kube-system", ns):
+                create_pod(
+                    api, where, node, f"sys-{ns}", containers=[container(cpu="100m", limit="200m", mem_limit="128Mi")]
+                )
             create_pod(
                 api,
-                "kube-system",
+                namespace,
                 node,
                 f"sys-{ns}",
                 containers=[container(cpu="100m", limit="200m", mem="64Mi", mem_limit="128Mi")],
             )
-            sys_path = pod_path("kube-system", f"sys-{ns}") + "/resize"
+            sys_path = pod_path(namespace, f"sys-{ns}") + "/resize"
 
             def resize(resources: dict, dry: str = "") -> str | None:
                 body = {"spec": {"containers": [{"name": "app", "resources": resources}]}}
@@ -163,13 +167,29 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
                     why = resize(resources)
                     assert why is not None and "may change only containers' CPU limits" in why, (what, why)
                 assert resize({"limits": {"cpu": "300m"}}) is None  # a CPU limit: allowed
-                got = api.get(pod_path("kube-system", f"sys-{ns}"))["spec"]["containers"][0]["resources"]
+                for where in ("kube-system", ns):  # not there
+                    try:
+                        as_sa.patch(
+                            pod_path(where, f"sys-{ns}") + "/resize",
+                            {"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}},
+                            STRATEGIC_PATCH,
+                        )
+                        refused_there = ""
+                    except ApiError as exc:
+                        refused_there = exc.message
+                    assert f"never resizes pods in {ns} (its own) or kube-system" in refused_there, (
+                        where,
+                        refused_there,
+                    )
+                got = api.get(pod_path(namespace, f"sys-{ns}"))["spec"]["containers"][0]["resources"]
                 assert got == {
                     "requests": {"cpu": "100m", "memory": "64Mi"},
                     "limits": {"cpu": "300m", "memory": "128Mi"},
                 }
             finally:
-                api.delete(pod_path("kube-system", f"sys-{ns}"))
+                for where in ("kube-system", ns, namespace):
+                    with contextlib.suppress(ApiError):
+                        api.delete(pod_path(where, f"sys-{ns}"))
             # Secrets: RBAC lets its token create any name; the policy lets it write only its
             # webhook certificate, never a service-account token it could then read.
             secret_name = f"{release}-webhook-tls"

@@ -172,6 +172,15 @@ def test_a_certificate_directory_someone_else_can_write_is_refused_with_the_fix(
             own_cert_dir(theirs)
     shared.chmod(0o700)
     assert own_cert_dir(shared) == shared
+    # An ancestor others may write (not sticky) lets them swap the whole directory: refused,
+    # at start and before each later write.
+    above = tmp_path / "above"
+    (above / "certs").mkdir(parents=True, mode=0o700)
+    above.chmod(0o777)
+    with pytest.raises(UnsafeCertDir, match=r"above \(owned by uid \d+, mode 0777\) lets someone else replace"):
+        own_cert_dir(above / "certs")
+    above.chmod(0o1777)  # sticky, as /tmp is: no one renames what is not theirs
+    assert own_cert_dir(above / "certs") == above / "certs"
 
 
 def test_planted_files_and_links_in_the_certificate_directory_are_never_written_through(tmp_path):

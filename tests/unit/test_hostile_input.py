@@ -560,3 +560,18 @@ def test_doctor_says_what_is_wrong_with_a_webhook_url_the_api_server_stores(url)
 
     (finding,) = _url_trust_checks("headroom", url, issue(["127.0.0.1"], 1)[0], timeout=1)
     assert finding.level in ("fail", "warn") and url.split("/")[2] in finding.message, finding
+
+
+def test_text_logs_quote_names_that_could_fake_a_line_or_move_the_cursor():
+    """Before: the text format wrote field values raw, so a pod named with a newline or an
+    escape code printed a line of its own or acted on the terminal."""
+    import logging
+
+    from headroom.logs import TextFormatter
+
+    record = logging.makeLogRecord(
+        {"msg": "new pod given cpu limits", "levelname": "INFO", "pod": "web\nok: all good\x1b[2J", "changes": 1}
+    )
+    line = TextFormatter().format(record)
+    assert "\n" not in line and "\x1b" not in line
+    assert 'pod="web\\nok: all good\\u001b[2J"' in line and "changes=1" in line

@@ -52,6 +52,16 @@ def own_cert_dir(cert_dir: Path) -> Path | None:
             f"--webhook-cert-dir {cert_dir}: mode {st.st_mode & 0o777:04o} lets its group or others write "
             f"there, next to the private key: chmod go-w {cert_dir} (0700 is best)"
         )
+    # Every directory above it too: whoever may rename an ancestor can put a directory of
+    # their own in its place. A sticky one (/tmp) lets no one rename what is not theirs.
+    for parent in cert_dir.resolve().parents:
+        pst = parent.stat()
+        if pst.st_uid not in (0, uid) or (pst.st_mode & 0o022 and not pst.st_mode & 0o1000):
+            raise UnsafeCertDir(
+                f"--webhook-cert-dir {cert_dir}: {parent} (owned by uid {pst.st_uid}, mode "
+                f"{pst.st_mode & 0o7777:04o}) lets someone else replace the directory that holds the private key: "
+                "use a directory under one only you and root may write"
+            )
     return cert_dir
 
 
@@ -160,12 +170,16 @@ class WebhookHost:
                     manager.ensure()
                 if files is not None:
                     # A directory of the controller's own (off-cluster): no kubelet puts the
-                    # Secret there.
+                    # Secret there. Checked again before each write: it may have changed.
+                    own_cert_dir(files)
                     manager.write_files(files)
                     if not (files / "tls.crt").is_file():
                         due = time.monotonic() + 1.0
             except NotLeader:
                 due = 0.0
+            except UnsafeCertDir as exc:
+                log.error("webhook certificate not written", extra={"error": str(exc)})
+                replica.on_error("certificate")
             except ApiError as exc:
                 log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
                 replica.on_error("certificate")

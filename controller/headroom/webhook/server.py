@@ -63,7 +63,7 @@ def whose(meta: Mapping[str, Any]) -> tuple[str, str | None]:
 
 
 class _Once:
-    """Remembers the last `size` keys: a log line per owner, not per pod."""
+    """Remembers the last `size` keys: a log line per key (a namespace, a requester), not per pod."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size, self.seen = size, OrderedDict[str, None]()
@@ -119,7 +119,8 @@ def review_response(review: dict[str, Any], sources: Sources) -> tuple[dict[str,
             except PlacementTooCostly as exc:
                 ops, outcome = [], "over-budget"
                 name, owner = whose(meta)
-                if _costly_owners.first(f"{ns_name}/{owner or name}"):
+                # Once per namespace: pod and owner names are the tenant's to vary.
+                if _costly_owners.first(ns_name):
                     log.warning(
                         "new pod admitted without a limit: its node affinity is too costly to match "
                         "(the controller sets its limit once it is bound)",
