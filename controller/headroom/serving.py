@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import resource
 import ssl
 import threading
@@ -41,6 +42,16 @@ from aiohttp import web
 log = logging.getLogger("headroom.serving")
 
 HEADER_END = b"\r\n\r\n"
+MAX_HEAD = 8 * 1024  # header bytes kept to find Content-Length; aiohttp refuses longer lines
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,12})[ \t]*(?:\r\n|$)", re.IGNORECASE)
+
+
+def _content_length(head: bytes) -> int | None:
+    """The Content-Length a request's header block declares; None without one."""
+    m = _CONTENT_LENGTH.search(head)
+    return int(m.group(1)) if m else None
+
+
 SMALL_REQUEST = 64 * 1024  # a request this size or less may use the small-request reserve
 
 
@@ -124,7 +135,7 @@ class _Guard:
         conn = self.conn(transport)
         if conn is not None:
             conn.release()
-            conn.phase, conn.tail = _Guarded.IDLE, b""
+            conn.phase, conn.head = _Guarded.IDLE, b""
 
     # --- request bytes ----------------------------------------------------------------
     def largest_receiving(self) -> _Guarded | None:
@@ -156,7 +167,7 @@ class _Guarded(asyncio.Protocol):
         self.bytes = 0  # of the request in progress, until its answer is written
         self.response = 0  # bytes of the answer being written
         self.since = time.monotonic()
-        self.tail = b""
+        self.head = b""  # the request's header bytes, until their end is seen
         self.early: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
 
@@ -231,6 +242,11 @@ class _Guarded(asyncio.Protocol):
             asyncio.get_running_loop().create_task(self._tls(transport))
 
     async def _tls(self, raw: asyncio.BaseTransport) -> None:
+        if raw.is_closing() or self.address is None:
+            # Shed or evicted before its handshake began: a TLS state now (256 KiB of buffer)
+            # would never hear that its connection is gone, and live until the handshake
+            # deadline; a flood of such connections held hundreds of MiB that way.
+            return
         loop = asyncio.get_running_loop()
         try:
             tls = await loop.start_tls(
@@ -295,20 +311,21 @@ class _Guarded(asyncio.Protocol):
             self.phase = self.HEADERS
             self._deadline()
         if self.phase == self.HEADERS:
-            seen = self.tail + data
-            if HEADER_END in seen:
-                self.phase = self.BODY
+            seen = self.head + data
+            end = seen.find(HEADER_END)
+            if end >= 0:
+                self.phase, self.head = self.BODY, b""
                 self._cancel_timer()
+                # A body that could never fit is refused before its bytes are read: a client
+                # that resends one in a loop then costs a handshake, not megabytes of reads.
+                declared = _content_length(seen[:end])
+                if declared is not None:
+                    total = self.bytes - len(seen) + end + len(HEADER_END) + declared
+                    if self._over(total - self.bytes):
+                        return
             else:
-                self.tail = seen[-3:]
-        # Over a bound. A large request that crosses one is closed itself (its client sent
-        # the most, and bytes not read stay out of this process); a small one past the whole
-        # bound makes room by closing the largest large requests being received.
-        if g.pending_by_client.get(address, 0) > limits.max_pending_per_client:
-            g.shed(self, "request bytes from one address over the bound")
-            return
-        if self.bytes > SMALL_REQUEST and g.pending > limits.max_pending_bytes - limits.small_reserve:
-            g.shed(self, "unanswered request bytes over the bound")
+                self.head = seen[-MAX_HEAD:]
+        if self._over(0):
             return
         while g.pending > limits.max_pending_bytes:
             victim = g.largest_receiving() or self
@@ -321,6 +338,20 @@ class _Guarded(asyncio.Protocol):
             self.early.append(data)
             return
         self.inner.data_received(data)
+
+    def _over(self, coming: int) -> bool:
+        """Over a bound with `coming` more bytes of this request: closed (True). A large
+        request that crosses one is closed itself (its client sent the most, and bytes not
+        read stay out of this process); a small one past the whole bound makes room, in
+        data_received, by closing the largest large requests being received."""
+        g, limits, address = self.guard, self.guard.limits, self.address
+        if g.pending_by_client.get(address or "", 0) + coming > limits.max_pending_per_client:
+            g.shed(self, "request bytes from one address over the bound")
+            return True
+        if self.bytes + coming > SMALL_REQUEST and g.pending + coming > limits.max_pending_bytes - limits.small_reserve:
+            g.shed(self, "unanswered request bytes over the bound")
+            return True
+        return False
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received() if self.made else None

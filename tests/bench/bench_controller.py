@@ -36,7 +36,8 @@ from headroom.core.params import Settings
 from headroom.core.planner import plan_node
 from headroom.core.policy import Managed, booked, compute_node, pod_target, summarize
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
-from headroom.engine.controller import DEFAULT_GC, Controller, tune_gc
+from headroom.engine.controller import Controller
+from headroom.runtime import DEFAULT_GC, tune_gc
 
 
 def lines(n: int, nodes: int, seed: int = 7, kind: str | None = None) -> list[bytes]:

@@ -186,10 +186,34 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
                     "requests": {"cpu": "100m", "memory": "64Mi"},
                     "limits": {"cpu": "300m", "memory": "128Mi"},
                 }
+                # A pod-level pod made with requests only (as before pod-level limits were
+                # common): the controller's first pod-level CPU limit is not taken for a
+                # memory change by the policy, whatever this release's defaulting adds.
+                pod_node = make_node(features=["InPlacePodLevelResourcesVerticalScaling"])
+                create_pod(
+                    api,
+                    namespace,
+                    pod_node,
+                    f"pl-{ns}",
+                    containers=[container(cpu=None, mem=None, mem_limit=None)],
+                    pod_resources={"requests": {"cpu": "500m", "memory": "1Gi"}},
+                )
+                try:
+                    as_sa.patch(
+                        pod_path(namespace, f"pl-{ns}") + "/resize",
+                        {"spec": {"resources": {"limits": {"cpu": "2"}}}},
+                        STRATEGIC_PATCH,
+                    )
+                    pod_level = ""
+                except ApiError as exc:
+                    pod_level = exc.message
+                assert "Headroom controller" not in pod_level, pod_level  # the server's own gates may refuse
+                print(f"\nthe controller's first pod-level CPU limit on this release: {pod_level or 'accepted'}")
             finally:
-                for where in ("kube-system", ns, namespace):
+                made = [pod_path(where, f"sys-{ns}") for where in ("kube-system", ns, namespace)]
+                for path in [*made, pod_path(namespace, f"pl-{ns}")]:
                     with contextlib.suppress(ApiError):
-                        api.delete(pod_path(where, f"sys-{ns}"))
+                        api.delete(path)
             # Secrets: RBAC lets its token create any name; the policy lets it write only its
             # webhook certificate, never a service-account token it could then read.
             secret_name = f"{release}-webhook-tls"

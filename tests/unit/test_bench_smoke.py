@@ -56,7 +56,7 @@ def test_wave_benchmark_converges_a_small_cluster_whose_pods_have_limits():
 
 def test_admission_benchmark_runs_at_small_size():
     bench = BENCH.parent / "bench_admission.py"
-    args = ["--nodes", "200", "--decisions", "20"]
+    args = ["--nodes", "200", "--decisions", "20", "--window", "1", "--attack", "costly", "--attack", "unread"]
     r = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rows = [line.split() for line in r.stdout.splitlines() if line.split()[:1] in (["20"], ["100"])]
@@ -67,3 +67,8 @@ def test_admission_benchmark_runs_at_small_size():
         ("100", "cached"),
     ]
     assert "peak RSS" in r.stdout
+    # Part 2: the real server beside the attacks asked for, after its baseline row.
+    attacked = [
+        line.split()[0] for line in r.stdout.splitlines() if line.split()[1:2] in (["(no"], ["costly"], ["2.9"])
+    ]
+    assert attacked == ["baseline", "small", "unread"], r.stdout

@@ -9,7 +9,6 @@ long because that is one concern: what runs, in which order, and what /healthz w
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.planner import NodePlan
 from ..core.records import Node
 from ..metrics import Metrics, serve_ports
+from ..runtime import tune_gc
 from ..webhook.host import Certificate, Replica, WebhookHost
 from ..webhook.server import Sources
 from .backoff import PodBackoff, RetryDelay
@@ -39,19 +39,6 @@ from .reconciler import Hooks, Reconciler
 from .status import StatusWriter
 
 log = logging.getLogger("headroom.controller")
-
-
-DEFAULT_GC = gc.get_threshold()
-
-
-def tune_gc() -> None:
-    """After the first sync: move everything alive (the cache, the modules) out of the
-    collector's sight, and collect the young generation less often. The watch path makes
-    no reference cycles worth chasing every 700 allocations; full collections no longer walk
-    a cache of a hundred thousand records. (Measured by tests/bench/bench_controller.py.)"""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
 
 
 @dataclass

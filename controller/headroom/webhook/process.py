@@ -27,6 +27,7 @@ from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
 from ..core.records import Node
 from ..metrics import AdmissionMetrics, serve_ports
+from ..runtime import share_the_gil, tune_gc
 from .host import Replica, WebhookHost
 from .server import Sources
 
@@ -134,6 +135,7 @@ class WebhookProcess:
 
     def start(self) -> None:
         o = self.options
+        share_the_gil()
         self._servers += serve_ports(o.metrics_port, o.health_port, o.host, self.metrics, self.healthy, self.ready)
         self.host.start()  # an unsafe certificate directory stops here, said once
         self._servers.append(self.host)
@@ -152,6 +154,7 @@ class WebhookProcess:
         if not self.watches.wait_synced(self.options.sync_timeout):
             return
         self._refresh_pod_level()
+        tune_gc()
         log.info(
             "caches synced",
             extra={"nodes": len(self.cache.nodes), "initialState": self.watches.initial_state()},
