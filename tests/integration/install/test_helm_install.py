@@ -477,3 +477,20 @@ def test_a_webhook_flood_holds_back_no_resize_and_restarts_no_controller(cluster
         f"\nflood of 12 clients x {len(body) // 1024} KiB reviews on the webhook's pods: every resize landed "
         f"{landed:.1f}s after it began; answers {dict(answered)}, connection errors {dict(refused)}"
     )
+
+
+def test_admission_goes_on_while_no_controller_runs(cluster: Cluster) -> None:
+    """Continues from the flood above. The controller's Deployment scaled to zero (a restart,
+    a crash loop, an upgrade gone wrong): the webhook's own replicas still give a new pod its
+    limit at creation, from their own caches. Then the controller comes back."""
+    api = cluster.api
+    cluster.run(KUBECTL, "scale", "deployment", "headroom", "-n", NS, "--replicas=0")
+    wait("no controller pod", lambda: not cluster.controller_pods(), timeout=120)
+    try:
+        created = kubectl_run(cluster, "while-down", "-o", "jsonpath={.spec.containers[0].resources.limits.cpu}")
+        assert cpu_milli(created) == 200, created  # request × webhook.initialMultiplier (2), at admission
+    finally:
+        cluster.run(KUBECTL, "scale", "deployment", "headroom", "-n", NS, "--replicas=3")
+    wait("three Ready controller replicas", lambda: len(cluster.ready()) == 3, timeout=180)
+    wait("a leader", cluster.leader)
+    assert limit(api, "team", "while-down") >= 200
