@@ -1,39 +1,50 @@
-"""A service's tail latency, and a runaway's reach, under tight static CPU limits, no CPU
-limits, and Headroom, on a real node of this machine.
+"""A service's tail latency beside its neighbours under tight static CPU limits, no CPU
+limits, and Headroom, on a real node of this machine: each row tests a claim the design
+makes for a ceiling over `cpu.weight` alone, where the claim could visibly fail.
 
-    python tests/bench/bench_latency.py                    # 3 repeats, 10 s windows
-    python tests/bench/bench_latency.py --repeats 1 --seconds 5
+    python tests/bench/bench_latency.py                    # 5 repeats, 10 s windows
+    python tests/bench/bench_latency.py --repeats 1 --seconds 3 --rows reach   # a smoke run
 
 Real parts: kube-apiserver + etcd, kube-scheduler, kube-controller-manager, one real node
 (containerd, runc, CNI, the kubelet) on this machine's cgroups, and the real
-`headroom run` process with the chart's RBAC. The pods (testbed/latency.py):
+`headroom run` process with the chart's RBAC. The pods (testbed/latency.py): svc, a Go
+HTTP service (request 250m, static limit 500m, a fixed CPU cost per request, calibrated
+here), and its neighbours, the same binary spinning threads.
 
-- svc: a Go HTTP service, request 250m, static limit 500m, a fixed CPU cost per request
-  (--cost-ms, calibrated on this machine);
-- batch: request 250m, static limit 500m, two threads spinning;
-- runaway (with --runaway scenarios): request 100m, static limit 200m, four threads spinning.
+Rows:
+- svc + batch, svc + batch + runaway: the first question (static vs no limits vs Headroom)
+  at 40 % and 80 % of what svc serves with one whole CPU;
+- bursting neighbour (claim a): svc at 20/40/60 % beside 8 threads on for 200 ms of every
+  second, and beside 8 threads spinning always; no limits vs Headroom;
+- runaway's reach (claim b): 4 threads spinning beside svc at 10 % on an otherwise idle
+  node, where nothing but its own limit can hold it;
+- tenant contract (claim c): svc requesting what it sustains at 80 % (measured first,
+  under no limits), beside batch, without and with the runaway; no limits vs Headroom;
+- systemReserved 300m: svc + batch at 80 % on the kubelet restarted with 300m reserved;
+- CFS burst (an experiment, nothing in the product): Headroom's rows where svc is loaded,
+  again with `cpu.cfs_burst_us` on svc set to its request × the period.
 
-Policies: static (those limits), no limits (none set: the cgroup has no CFS quota), and
-Headroom (the static pods opted in; Headroom raises the limits to the node's unbooked CPU
-by request). Each at two loads, a share of what svc serves with one whole CPU (1000 /
-cost-ms requests per second): 40 % and 80 %. Repeats are interleaved (static, none,
-Headroom, static, ...) so drift shows as spread. The load generator runs on the host,
-open loop, latency from each request's intended send time; a request slower than 2 s is
-a timeout, counted as an error.
-
-Printed: per scenario and load, the median and range over the repeats of p50 / p99 /
-p99.9 and errors, each pod's CPU cores and throttled share, the limits in force and the
-service's GOMAXPROCS. Nothing is asserted.
+Each repeat runs every row, the policies in an order that rotates from repeat to repeat.
+The load generator runs on the host, open loop, latency from each request's intended send
+time; a request slower than 2 s is a timeout, counted apart, and a percentile at the
+timeout is printed `≥ 2 s (saturated)`: what it would have been is unknown, and no ratio is
+made of it. Printed per row: the median (min–max) over the repeats of p50 / p99 / p99.9,
+timeouts and other errors, the generator's largest lag, the host's busy and steal share,
+and per pod its limit, cores, throttled share and whether its limit bound it (cores ≥ 90 %
+of the limit: `*`). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +53,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cluster_helpers import apply_config, bind_controller, install_crds  # noqa: E402
 from testbed.controlplane import ControlPlane, build  # noqa: E402
 from testbed.latency import (  # noqa: E402
+    BATCH,
     HEADROOM,
     NONE,
-    POLICIES,
+    PERIOD_S,
+    REACH,
+    RUNAWAY,
     STATIC,
+    SVC_BATCH,
+    TIMEOUT_S,
+    Neighbour,
     Run,
+    Scenario,
     Scenarios,
     build_latency,
     calibrate,
@@ -54,59 +72,150 @@ from testbed.latency import (  # noqa: E402
 )
 from testbed.node import RealNode, build_node  # noqa: E402
 
+BURSTING = Neighbour("burst", "250m", "500m", 8, on_ms=200)
+SPINNING = Neighbour("burst", "250m", "500m", 8)
+RESERVED = "300m"
 
-def _spread(values: list[float], fmt: str = "{:.1f}") -> str:
+
+@dataclass(frozen=True)
+class Row:
+    scenario: Scenario
+    policies: tuple[str, ...]
+    loads: tuple[float, ...]
+    reserved: str = "0"  # the kubelet's systemReserved CPU
+    burst: bool = False  # the CFS burst experiment on svc (Headroom only)
+
+    @property
+    def name(self) -> str:
+        extra = f", systemReserved {self.reserved}" if self.reserved != "0" else ""
+        return self.scenario.name + extra + (", CFS burst" if self.burst else "")
+
+
+def rows(contract: str) -> list[Row]:
+    everything = (STATIC, NONE, HEADROOM)
+    loose = (NONE, HEADROOM)
+    contract_batch = Scenario(f"tenant contract (svc requests {contract})", (BATCH,), svc_request=contract,
+                              svc_static=contract)  # fmt: skip
+    contract_runaway = replace(contract_batch, name=contract_batch.name + " + runaway", neighbours=(BATCH, RUNAWAY))
+    return [
+        Row(SVC_BATCH, everything, (0.4, 0.8)),
+        Row(Scenario("svc + batch + runaway", (BATCH, RUNAWAY)), everything, (0.4, 0.8)),
+        Row(Scenario("bursting neighbour (8 threads, 200 ms/s)", (BURSTING,)), loose, (0.2, 0.4, 0.6)),
+        Row(Scenario("spinning neighbour (8 threads)", (SPINNING,)), loose, (0.2, 0.4, 0.6)),
+        Row(REACH, everything, (0.1,)),
+        Row(contract_batch, loose, (0.8,)),
+        Row(contract_runaway, loose, (0.8,)),
+        Row(SVC_BATCH, loose, (0.8,), reserved=RESERVED),
+        Row(SVC_BATCH, (HEADROOM,), (0.8,), burst=True),
+        Row(Scenario("bursting neighbour (8 threads, 200 ms/s)", (BURSTING,)), (HEADROOM,), (0.6,), burst=True),
+    ]
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def _latency(rs: list[Run], key: str) -> str:
+    """Median (min–max) over the repeats; a saturated one says so instead of a number."""
+    if any(r.saturated(key) for r in rs):
+        return f"≥ {TIMEOUT_S:g} s (saturated)"
+    values = [float(r.latency[key]) for r in rs]
+    return _spread(values, _ms)
+
+
+def _spread(values: list[float], fmt: object = "{:.1f}") -> str:
+    show = fmt if callable(fmt) else str(fmt).format
     if not values:
         return "-"
     med = statistics.median(values)
     if len(values) == 1:
-        return fmt.format(med)
-    return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+        return show(med)
+    return f"{show(med)} ({show(min(values))}–{show(max(values))})"
 
 
-def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: float) -> None:
+def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: float, contract: str) -> None:
     print(
         f"\nCommand: python tests/bench/bench_latency.py --repeats {args.repeats} --seconds {args.seconds:g} "
         f"--cost-ms {args.cost_ms:g}\nsvc: {rounds} SHA-256 rounds per request (~{args.cost_ms:g} ms here, "
         f"unthrottled); one whole CPU serves ~{capacity:.0f} requests/s. Median (min–max) of {args.repeats} "
-        f"repeat(s), {args.seconds:g} s each.\n"
+        f"repeat(s), {args.seconds:g} s each. svc's demand at 80 %, measured under no limits: {contract}.\n"
     )
-    header = (
-        f"{'scenario':<22} {'load':>9} {'p50 ms':>18} {'p99 ms':>20} {'p99.9 ms':>20} {'errors':>10} "
-        f"{'svc limit':>10} {'GOMAXPROCS':>10} {'svc cores':>10} {'svc thr':>8} {'batch cores':>11} "
-        f"{'runaway lim':>11} {'runaway cores':>13}"
-    )
-    print(header)
-    for runaway in (False, True):
-        for policy in POLICIES:
-            for load in args.loads:
-                rs = [r for r in runs if r.policy == policy and r.runaway == runaway and r.load == load]
+    for row in rows(contract):
+        for load in row.loads:
+            for policy in row.policies:
+                rs = [
+                    r
+                    for r in runs
+                    if (r.scenario, r.policy, r.load, r.variant) == (row.name, policy, load, _variant(row))
+                ]
                 if not rs:
                     continue
-                name = policy + (" + runaway" if runaway else "")
-                lat = [r.latency for r in rs]
-                rw = [r.pods["runaway"] for r in rs if "runaway" in r.pods]
+                timeouts = [float(r.latency["timeouts"]) for r in rs]
+                others = [float(r.latency["errors"]) - float(r.latency["timeouts"]) for r in rs]
+                lag = max(float(r.latency.get("late_ms", 0)) for r in rs)
                 print(
-                    f"{name:<22} {f'{load:.0%} {rs[0].rate:.0f}/s':>9} "
-                    f"{_spread([x['p50_ms'] for x in lat]):>18} {_spread([x['p99_ms'] for x in lat]):>20} "
-                    f"{_spread([x['p999_ms'] for x in lat]):>20} "
-                    f"{_spread([x['errors'] for x in lat], '{:.0f}'):>10} "
-                    f"{rs[0].pods['svc'].limit:>10} {_spread([r.gomaxprocs for r in rs], '{:.0f}'):>10} "
-                    f"{_spread([r.pods['svc'].cores for r in rs], '{:.2f}'):>10} "
-                    f"{_spread([r.pods['svc'].throttled * 100 for r in rs], '{:.0f}'):>8} "
-                    f"{_spread([r.pods['batch'].cores for r in rs], '{:.2f}'):>11} "
-                    f"{(rw[0].limit if rw else '-'):>11} {_spread([p.cores for p in rw], '{:.2f}'):>13}"
+                    f"{row.name} — {policy} — {load:.0%} ({rs[0].rate:.0f}/s): p50 {_latency(rs, 'p50_ms')}, "
+                    f"p99 {_latency(rs, 'p99_ms')}, p99.9 {_latency(rs, 'p999_ms')} ms; timeouts "
+                    f"{_spread(timeouts, '{:.0f}')}, other errors {_spread(others, '{:.0f}')}; generator lag ≤ "
+                    f"{lag:.0f} ms{' (it fell behind)' if lag > 50 else ''}; host busy "
+                    f"{_spread([r.busy * 100 for r in rs], '{:.0f}')} %, steal {_spread([r.steal * 100 for r in rs], '{:.1f}')} %"
                 )
-    print("\n(svc thr: % of CFS periods throttled; cores: CPU used over the window, from the cgroups)")
+                for name in rs[0].pods:
+                    pods = [r.pods[name] for r in rs]
+                    bound = sum(p.bound for p in pods)
+                    throttled = _spread([p.throttled * 100 for p in pods], "{:.0f}") + " %"
+                    print(
+                        f"    {name:<8} limit {_limits([p.limit for p in pods]):<12} cores "
+                        f"{_spread([p.cores for p in pods], '{:.2f}'):<18} throttled {throttled:<16} bound {bound}/{len(pods)}"
+                        + (f"  GOMAXPROCS {_spread([r.gomaxprocs for r in rs], '{:.0f}')}" if name == "svc" else "")
+                    )
+    print("\n(bound: the pod used ≥ 90 % of its limit over the window; throttled: % of CFS periods throttled)")
+
+
+def _limits(values: list[str]) -> str:
+    distinct = sorted(set(values))
+    return distinct[0] if len(distinct) == 1 else "–".join([distinct[0], distinct[-1]])
+
+
+def _variant(row: Row) -> str:
+    return "burst" if row.burst else ""
+
+
+def _rotated(policies: tuple[str, ...], rep: int) -> tuple[str, ...]:
+    k = rep % len(policies)
+    return policies[k:] + policies[:k]
+
+
+def _runs(scenarios: Scenarios, node: RealNode, row: Row, rep: int, capacity: float, seconds: float) -> Iterator[Run]:
+    for policy in _rotated(row.policies, rep):
+        ns, ids = scenarios.setup(policy, row.scenario)
+        try:
+            if row.burst:
+                request_milli = int(row.scenario.svc_request.rstrip("m"))
+                scenarios.set_burst(ids["svc"], int(request_milli / 1000 * PERIOD_S * 1_000_000))
+            for load in row.loads:
+                yield scenarios.run(ns, ids, policy, row.name, load, load * capacity, seconds, _variant(row))
+        finally:
+            scenarios.teardown(ns)
+
+
+def demand(scenarios: Scenarios, capacity: float, seconds: float) -> str:
+    """What svc sustains at 80 % beside batch under no limits, rounded up to 10m: the
+    request of the tenant who honours the contract."""
+    ns, ids = scenarios.setup(NONE, SVC_BATCH)
+    try:
+        run = scenarios.run(ns, ids, NONE, "demand", 0.8, 0.8 * capacity, seconds)
+    finally:
+        scenarios.teardown(ns)
+    return f"{math.ceil(run.pods['svc'].cores * 100) * 10}m"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=10.0, help="the measured window per run")
     ap.add_argument("--cost-ms", type=float, default=2.0, help="svc's CPU cost per request, unthrottled")
-    ap.add_argument("--loads", type=float, nargs="+", default=[0.4, 0.8])
-    ap.add_argument("--no-runaway", dest="runaway", action="store_false", help="skip the runaway scenarios")
+    ap.add_argument("--rows", nargs="+", help="run only the rows whose name holds one of these")
     args = ap.parse_args()
     lat_bins, bins = build_latency(), build_node()
     rounds = calibrate(lat_bins, args.cost_ms)
@@ -116,6 +225,7 @@ def main() -> None:
     controller: subprocess.Popen[bytes] | None = None
     runs: list[Run] = []
     began = time.monotonic()
+    contract = "?"
     try:
         api = cp.api()
         install_crds(api)
@@ -131,23 +241,24 @@ def main() -> None:
             stderr=subprocess.STDOUT,
         )
         scenarios = Scenarios(api, node, lat_bins, rounds)
+        contract = demand(scenarios, capacity, args.seconds)
+        print(f"svc's demand at 80 % beside batch, no limits: {contract}")
+        chosen = [r for r in rows(contract) if not args.rows or any(w in r.name for w in args.rows)]
         for rep in range(args.repeats):
-            for runaway in (False, True) if args.runaway else (False,):
-                for policy in (STATIC, NONE, HEADROOM):
-                    ns, ids = scenarios.setup(policy, runaway)
-                    try:
-                        for load in args.loads:
-                            run = scenarios.run(ns, ids, policy, runaway, load, load * capacity, args.seconds)
-                            runs.append(run)
-                            lat = run.latency
-                            print(
-                                f"  repeat {rep + 1}: {policy}{' + runaway' if runaway else ''} at {load:.0%}: "
-                                f"p99 {lat['p99_ms']:.1f} ms, {lat['errors']} errors, svc limit "
-                                f"{run.pods['svc'].limit}, GOMAXPROCS {run.gomaxprocs}",
-                                flush=True,
-                            )
-                    finally:
-                        scenarios.teardown(ns)
+            for row in chosen:
+                if row.reserved != node.cpu_reserved:
+                    node.restart_kubelet(row.reserved)
+                for run in _runs(scenarios, node, row, rep, capacity, args.seconds):
+                    runs.append(run)
+                    lat = run.latency
+                    p99 = "≥ 2 s (saturated)" if run.saturated("p99_ms") else f"{lat['p99_ms']:.1f} ms"
+                    print(
+                        f"  repeat {rep + 1}: {row.name} — {run.policy} at {run.load:.0%}: p99 {p99}, "
+                        f"{lat['timeouts']} timeouts, svc limit {run.pods['svc'].limit}",
+                        flush=True,
+                    )
+            if node.cpu_reserved != "0":
+                node.restart_kubelet("0")
         log.close()
     finally:
         if controller is not None:
@@ -155,7 +266,7 @@ def main() -> None:
             controller.wait(15)
         node.stop()
         cp.stop()
-    report(runs, args, rounds, capacity)
+    report(runs, args, rounds, capacity, contract)
     print(f"\nwhole run: {time.monotonic() - began:.0f} s")
 
 

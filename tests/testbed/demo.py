@@ -34,7 +34,7 @@ from headroom.core.quantity import cpu_milli, format_milli
 from headroom.engine.controller import Controller, Options
 
 from .controlplane import ControlPlane, ControlPlaneError, build
-from .latency import POLICIES, Run, Scenarios, build_latency, calibrate, import_service_image
+from .latency import POLICIES, SVC_BATCH, Run, Scenarios, build_latency, calibrate, import_service_image
 from .node import RealNode, build_node, busy_pod, running_containers, unavailable
 from .sim_kubelet import SimulatedKubelet
 
@@ -285,9 +285,9 @@ def _latency(api: Api, node: RealNode) -> list[Run]:
     scenarios = Scenarios(api, node, bins, calibrate(bins, 2.0))
     runs = []
     for policy in POLICIES:
-        ns, ids = scenarios.setup(policy, runaway=False)
+        ns, ids = scenarios.setup(policy, SVC_BATCH)
         try:
-            runs.append(scenarios.run(ns, ids, policy, False, 0.8, LATENCY_RATE, LATENCY_SECONDS))
+            runs.append(scenarios.run(ns, ids, policy, SVC_BATCH.name, 0.8, LATENCY_RATE, LATENCY_SECONDS))
         finally:
             scenarios.teardown(ns)
     return runs

@@ -1,11 +1,14 @@
-"""The latency comparison on a real node: a service's tail latency, and a runaway's reach,
-under tight static CPU limits, no CPU limits, and Headroom.
+"""The latency comparison on a real node: a service's tail latency, and its neighbours'
+reach, under tight static CPU limits, no CPU limits, and Headroom.
 
 The service (`tests/latency/cmd/svc`, a static Go binary in an OCI image made here) spends
-a fixed CPU cost per request. The load generator (`tests/latency/cmd/loadgen`) runs on the
-host, outside the pods' cgroups, sends at a constant rate and measures each latency from
-the request's intended send time (open loop). Each pod's CPU use and throttling come from
-its container's cgroup, the limits in force from the pod and the cgroup.
+a fixed CPU cost per request; the same binary with `-spin` is every neighbour (threads
+spinning always, or all together for 200 ms of every second: a bursting neighbour). The
+load generator (`tests/latency/cmd/loadgen`) runs on the host, outside the pods' cgroups,
+sends at a constant rate and measures each latency from the request's intended send time
+(open loop). Each pod's CPU use and throttling come from its container's cgroup, the
+limits in force from the pod and the cgroup, the host's busy and steal time from
+/proc/stat over the same window.
 
 Used by tests/bench/bench_latency.py (the table) and the real-cluster test that holds what
 cannot flake.
@@ -36,10 +39,46 @@ POLICIES = (STATIC, NONE, HEADROOM)
 PERIOD_S = 0.1  # the kubelet's CFS period
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs: never through a proxy
 
-# The pods, the same in every scenario: (name, request, static limit, spinning threads).
-SERVICE = ("svc", "250m", "500m", 0)
-BATCH = ("batch", "250m", "500m", 2)
-RUNAWAY = ("runaway", "100m", "200m", 4)
+SERVICE = ("svc", "250m", "500m")  # (name, request, static limit)
+TIMEOUT_S = 2.0  # a request slower than this is a timeout, not a latency
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A pod beside the service: `threads` spinning, always (on_ms 0) or together for
+    `on_ms` of every `every_ms`."""
+
+    name: str
+    request: str
+    static: str  # its CPU limit under the static policy
+    threads: int
+    on_ms: int = 0
+    every_ms: int = 1000
+
+
+BATCH = Neighbour("batch", "250m", "500m", 2)
+RUNAWAY = Neighbour("runaway", "100m", "200m", 4)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The pods of one row of the table: the service (its request may differ: the tenant
+    contract) and its neighbours."""
+
+    name: str
+    neighbours: tuple[Neighbour, ...] = (BATCH,)
+    svc_request: str = SERVICE[1]
+    svc_static: str = SERVICE[2]
+
+    @property
+    def runaway(self) -> bool:
+        return any(n.name == RUNAWAY.name for n in self.neighbours)
+
+
+SVC_BATCH = Scenario("svc + batch")
+# The runaway alone beside a lightly loaded service on an otherwise idle node: nothing but
+# its own limit can hold it (claim b).
+REACH = Scenario("runaway's reach", (RUNAWAY,))
 
 
 def build_latency() -> Path:
@@ -66,10 +105,11 @@ def calibrate(bins: Path, cost_ms: float) -> int:
     return runs[1]
 
 
-def _spinner(name: str, node: str, request: str, limit: str | None, threads: int) -> dict[str, Any]:
-    pod = busy_pod(name, node, request, limit)
-    loops = " ".join("(while :; do :; done) &" for _ in range(threads))
-    pod["spec"]["containers"][0]["command"] = ["sh", "-c", f"{loops} wait"]
+def _spinner(n: Neighbour, node: str, limit: str | None) -> dict[str, Any]:
+    pod = busy_pod(n.name, node, n.request, limit, image=SVC_IMAGE)
+    pod["spec"]["containers"][0]["command"] = [
+        "/svc", "-spin", str(n.threads), "-on", f"{n.on_ms}ms", "-every", f"{n.every_ms}ms",
+    ]  # fmt: skip
     return pod
 
 
@@ -89,16 +129,37 @@ class PodFigures:
     cpu_s: float  # CPU seconds used in the window
     window_s: float  # the window, between the two cgroup readings
 
+    @property
+    def bound(self) -> bool:
+        """Its limit held it: it used at least 90 % of its limit over the window."""
+        return self.limit != "none" and self.cores >= 0.9 * cpu_milli(self.limit) / 1000
+
 
 @dataclass
 class Run:
     policy: str
-    runaway: bool
+    scenario: str
     load: float  # share of what the service serves with one whole CPU
     rate: float  # requests per second
     latency: dict[str, Any]  # loadgen's JSON
     pods: dict[str, PodFigures] = field(default_factory=dict)
     gomaxprocs: int = 0
+    busy: float = 0.0  # the host's CPUs busy over the window (share of all)
+    steal: float = 0.0  # of that, stolen by the hypervisor
+    variant: str = ""  # e.g. "burst": CFS burst set on the service
+
+    def saturated(self, key: str) -> bool:
+        """The percentile sits at the timeout: what it would be is unknown."""
+        return float(self.latency[key]) >= TIMEOUT_S * 1000 * 0.99
+
+
+def host_cpu() -> tuple[int, int, int]:
+    """(busy, steal, total) jiffies of all the host's CPUs so far (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    steal = fields[7] if len(fields) > 7 else 0
+    total = sum(fields[:8])
+    return total - idle, steal, total
 
 
 class Scenarios:
@@ -109,7 +170,7 @@ class Scenarios:
         self.api, self.node, self.bins, self.rounds, self.say = api, node, bins, rounds, say
         self._serial = 0
 
-    def setup(self, policy: str, runaway: bool) -> tuple[str, dict[str, str]]:
+    def setup(self, policy: str, scenario: Scenario) -> tuple[str, dict[str, str]]:
         """A fresh namespace with the scenario's pods running (for Headroom: opted in, and
         every limit Headroom wrote in force in the cgroups); (namespace, name → container ID)."""
         self._serial += 1
@@ -117,9 +178,9 @@ class Scenarios:
         labels = {keys.MODE_KEY: "managed"} if policy == HEADROOM else {}
         self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}, "latency")
         static = policy != NONE
-        pods = [_service(self.node.name, SERVICE[1], SERVICE[2] if static else None, self.rounds)]
-        for name, request, limit, threads in (BATCH, RUNAWAY) if runaway else (BATCH,):
-            pods.append(_spinner(name, self.node.name, request, limit if static else None, threads))
+        pods = [_service(self.node.name, scenario.svc_request, scenario.svc_static if static else None, self.rounds)]
+        for n in scenario.neighbours:
+            pods.append(_spinner(n, self.node.name, n.static if static else None))
         for pod in pods:
             self.api.post(f"/api/v1/namespaces/{ns}/pods", pod)
         ids = running_containers(self.api, ns, [p["metadata"]["name"] for p in pods])
@@ -154,20 +215,28 @@ class Scenarios:
             time.sleep(0.2)
 
     def _wait_headroom(self, ns: str, ids: dict[str, str], timeout: float = 60) -> None:
-        """Until Headroom has raised every pod's limit and each cgroup holds it."""
+        """Until Headroom has decided on every pod (its status annotation names a target),
+        each pod's limit is that target or within the deadband of it (a raise of under 10 %
+        is not written), and each cgroup holds the pod's limit."""
         deadline = time.monotonic() + timeout
-        statics = {SERVICE[0]: SERVICE[2], BATCH[0]: BATCH[2], RUNAWAY[0]: RUNAWAY[2]}
         while True:
             done = True
             for name, cid in ids.items():
-                limit = self.limit(ns, name)
+                pod = self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+                limit = str(
+                    ((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("cpu", "none")
+                )
+                shown = (pod["metadata"].get("annotations") or {}).get(keys.STATUS_KEY)
                 counters = self.node.counters(cid)
-                if limit in ("none", statics[name]) or counters is None or counters.quota_us != cpu_milli(limit) * 100:
+                if shown is None or limit == "none" or counters is None or counters.quota_us != cpu_milli(limit) * 100:
                     done = False
+                    continue
+                target, have = cpu_milli(json.loads(shown)["target"]), cpu_milli(limit)
+                done = done and abs(target - have) <= 0.1 * have
             if done:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{ns}: Headroom did not raise every limit: {[self.limit(ns, n) for n in ids]}")
+                raise TimeoutError(f"{ns}: Headroom did not settle every limit: {[self.limit(ns, n) for n in ids]}")
             time.sleep(0.2)
 
     def limit(self, ns: str, name: str) -> str:
@@ -184,7 +253,17 @@ class Scenarios:
         with _DIRECT.open(self._url(ns, "/gomaxprocs"), timeout=5) as r:
             return int(r.read().decode().strip())
 
-    def load(self, ns: str, rate: float, seconds: float, timeout: str = "2s") -> dict[str, Any]:
+    def set_burst(self, cid: str, burst_us: int) -> None:
+        """CFS burst (cgroup v1 `cpu.cfs_burst_us`) on a container and on its pod's cgroup
+        above it (whose quota is the sum of its containers'): quota left unused may be spent
+        later, up to `burst_us` a period. Kubernetes never sets it; the experiment does."""
+        cgroup = self.node.container_cgroup(cid)
+        if cgroup is None:
+            raise RuntimeError(f"container {cid} has no cgroup")
+        for d in (cgroup.parent, cgroup):
+            (d / "cpu.cfs_burst_us").write_text(str(burst_us))
+
+    def load(self, ns: str, rate: float, seconds: float, timeout: str = f"{TIMEOUT_S:g}s") -> dict[str, Any]:
         r = subprocess.run(
             [
                 str(self.bins / "loadgen"),
@@ -205,15 +284,27 @@ class Scenarios:
         return dict(json.loads(r.stdout))
 
     def run(
-        self, ns: str, ids: dict[str, str], policy: str, runaway: bool, load: float, rate: float, seconds: float
+        self,
+        ns: str,
+        ids: dict[str, str],
+        policy: str,
+        scenario: str,
+        load: float,
+        rate: float,
+        seconds: float,
+        variant: str = "",
     ) -> Run:
         """A short warm-up at the rate, then the measured window: latency from the load
-        generator, CPU and throttling from each container's cgroup over the same window."""
+        generator, CPU and throttling from each container's cgroup, the host's busy and
+        steal share from /proc/stat, all over the same window."""
         procs = self.gomaxprocs(ns)  # before any load: under overload it would queue
         self.load(ns, rate, 1.0)
         before: dict[str, CpuCounters | None] = {n: self.node.counters(c) for n, c in ids.items()}
+        host_before = host_cpu()
         latency = self.load(ns, rate, seconds)
-        run = Run(policy, runaway, load, rate, latency, gomaxprocs=procs)
+        busy, steal, total = (a - b for a, b in zip(host_cpu(), host_before, strict=True))
+        run = Run(policy, scenario, load, rate, latency, gomaxprocs=procs, variant=variant)
+        run.busy, run.steal = (busy / total, steal / total) if total else (0.0, 0.0)
         for name, cid in ids.items():
             end, begin = self.node.counters(cid), before[name]
             if end is None or begin is None:

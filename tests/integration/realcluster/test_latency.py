@@ -1,4 +1,4 @@
-"""The latency comparison's mechanisms on the real node, held where they cannot flake: the
+"""The latency comparison's mechanisms on the real node, held where they can fail: the
 figures themselves (tests/bench/bench_latency.py, docs/performance.md) are printed, not
 bounded, since they depend on what else this machine runs."""
 
@@ -12,6 +12,8 @@ from headroom.core.quantity import cpu_milli
 from testbed.latency import (
     HEADROOM,
     NONE,
+    REACH,
+    Run,
     Scenarios,
     build_latency,
     calibrate,
@@ -21,41 +23,45 @@ from testbed.latency import (
 from testbed.node import RealNode
 
 SECONDS = 5.0
+COST_MS = 2.0
+LIGHT = 0.1  # of what the service serves with one whole CPU: the node otherwise idle
 
 
-def test_under_headroom_the_service_runs_at_its_limit_and_the_runaway_is_bounded_by_its_own(
+def _reach(scenarios: Scenarios, policy: str) -> Run:
+    ns, ids = scenarios.setup(policy, REACH)
+    try:
+        return scenarios.run(ns, ids, policy, REACH.name, LIGHT, LIGHT * 1000 / COST_MS, SECONDS)
+    finally:
+        scenarios.teardown(ns)
+
+
+def test_a_runaway_is_held_at_its_headroom_limit_and_takes_more_without_one(
     api: Api, real_node: RealNode, headroom_config: Callable[..., dict[str, Any]], start_controller: Any
 ) -> None:
-    """With Headroom, the service's container quota is its raised limit, the load generator
-    sees no error at 40 % of the service's capacity, and a runaway spinning four threads
-    uses no more CPU over the window than its limit allows. With no limits, the same
-    runaway's cgroup has no CFS quota at all (what the no-limits position gives up)."""
+    """A runaway spinning four threads beside a lightly loaded service on an otherwise idle
+    node, where nothing but its own limit can hold it. Under Headroom its limit binds: the
+    kernel throttles it in most periods, and the CPU it uses is within a few percent of that
+    limit (never above what the quota allows). With no limits, the same runaway takes
+    clearly more than that limit. Before, this test held only that a quota equalled a limit
+    the setup had already waited for."""
     bins = build_latency()
     import_service_image(real_node, bins)
-    scenarios = Scenarios(api, real_node, bins, calibrate(bins, 2.0))
+    scenarios = Scenarios(api, real_node, bins, calibrate(bins, COST_MS))
     headroom_config()
     start_controller()
 
-    ns, ids = scenarios.setup(HEADROOM, runaway=True)
-    try:
-        run = scenarios.run(ns, ids, HEADROOM, True, 0.4, 200, SECONDS)
-    finally:
-        scenarios.teardown(ns)
-    svc, runaway = run.pods["svc"], run.pods["runaway"]
+    held = _reach(scenarios, HEADROOM)
+    runaway = held.pods["runaway"]
+    limit = cpu_milli(runaway.limit) / 1000
+    loose = _reach(scenarios, NONE)
+    free = loose.pods["runaway"]
     print(
-        f"\nHeadroom + runaway at 200/s: p50 {run.latency['p50_ms']:.1f} ms, p99 {run.latency['p99_ms']:.1f} ms; "
-        f"svc limit {svc.limit} ({svc.cores:.2f} cores, {svc.throttled:.0%} throttled), runaway limit "
-        f"{runaway.limit} used {runaway.cpu_s:.2f} CPU s in {runaway.window_s:.1f} s; GOMAXPROCS {run.gomaxprocs}"
+        f"\nrunaway's reach, svc at {LIGHT:.0%}: Headroom limit {runaway.limit}, used {runaway.cores:.2f} cores, "
+        f"{runaway.throttled:.0%} of periods throttled (svc p99 {held.latency['p99_ms']:.1f} ms); no limits: "
+        f"{free.cores:.2f} cores (svc p99 {loose.latency['p99_ms']:.1f} ms); host busy {held.busy:.0%} / {loose.busy:.0%}"
     )
-    assert cpu_milli(svc.limit) > 500 and svc.quota_us == cpu_milli(svc.limit) * 100  # raised, and in the kernel
-    assert run.latency["errors"] == 0 and run.latency["ok"] == run.latency["sent"]
-    assert runaway.quota_us == cpu_milli(runaway.limit) * 100
-    assert runaway.cpu_s <= limit_allows(runaway), (runaway.cpu_s, limit_allows(runaway))
-
-    ns, ids = scenarios.setup(NONE, runaway=True)
-    try:
-        loose = scenarios.run(ns, ids, NONE, True, 0.4, 200, SECONDS)
-    finally:
-        scenarios.teardown(ns)
-    print(f"no limits: the runaway used {loose.pods['runaway'].cores:.2f} cores, p99 {loose.latency['p99_ms']:.1f} ms")
-    assert loose.pods["runaway"].limit == "none" and loose.pods["runaway"].quota_us == -1
+    assert runaway.quota_us == cpu_milli(runaway.limit) * 100  # the limit is in the kernel
+    assert runaway.throttled > 0.5, runaway  # and binds: throttled in most periods
+    assert 0.9 * limit <= runaway.cores and runaway.cpu_s <= limit_allows(runaway), runaway
+    assert free.limit == "none" and free.quota_us == -1
+    assert free.cores > 1.2 * limit, (free, runaway)  # without a limit it reaches further

@@ -30,7 +30,7 @@ type result struct {
 	P999     float64 `json:"p999_ms"`
 	Max      float64 `json:"max_ms"`
 	Mean     float64 `json:"mean_ms"`
-	Late     float64 `json:"late_ms"` // the sender's own lag: how late the last request left
+	Late     float64 `json:"late_ms"` // the sender's own lag: the latest any request left after its intended time
 }
 
 func main() {
@@ -59,7 +59,7 @@ func main() {
 		intended := start.Add(time.Duration(i) * interval)
 		if d := time.Until(intended); d > 0 {
 			time.Sleep(d)
-		} else {
+		} else if -d > late {
 			late = -d
 		}
 		wg.Add(1)

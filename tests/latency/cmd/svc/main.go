@@ -4,6 +4,8 @@
 // /gomaxprocs says what the Go runtime runs with. -calibrate D prints how many rounds take
 // D on this machine, unthrottled, and exits. A request whose client has gone (timed out
 // while it queued) is dropped before its work, as a server honouring cancellation does.
+// -spin N makes it a neighbour instead: N threads spinning, all on for -on out of every
+// -every (a bursting neighbour), or always with -on 0.
 package main
 
 import (
@@ -42,14 +44,46 @@ func calibrate(target time.Duration) int {
 	}
 }
 
+// spin keeps `threads` OS threads busy: always (on 0), or for `on` out of every `every`,
+// all threads together, each period starting on the wall clock's multiple of `every`.
+func spin(threads int, on, every time.Duration) {
+	runtime.GOMAXPROCS(threads)
+	for i := 0; i < threads; i++ {
+		go func() {
+			runtime.LockOSThread()
+			x := 0
+			for {
+				if on > 0 {
+					now := time.Now()
+					into := time.Duration(now.UnixNano()) % every
+					if into >= on {
+						time.Sleep(every - into)
+						continue
+					}
+				}
+				for j := 0; j < 100000; j++ {
+					x += j
+				}
+			}
+		}()
+	}
+	select {}
+}
+
 func main() {
 	addr := flag.String("addr", ":8080", "listen address")
 	hashes := flag.Int("hashes", 1000, "SHA-256 rounds over 4 KiB per request")
 	cal := flag.Duration("calibrate", 0, "print the rounds that take this long here, and exit")
+	spinners := flag.Int("spin", 0, "be a neighbour: this many threads spinning (no service)")
+	on := flag.Duration("on", 0, "with -spin: spin this long out of every -every (0: always)")
+	every := flag.Duration("every", time.Second, "with -spin and -on: the burst period")
 	flag.Parse()
 	if *cal > 0 {
 		fmt.Println(calibrate(*cal))
 		return
+	}
+	if *spinners > 0 {
+		spin(*spinners, *on, *every)
 	}
 	rounds := *hashes
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
