@@ -72,6 +72,7 @@ from testbed.latency import (  # noqa: E402
 )
 from testbed.node import RealNode, build_node  # noqa: E402
 
+SVC_BATCH_RUNAWAY = Scenario("svc + batch + runaway", (BATCH, RUNAWAY))
 BURSTING = Neighbour("burst", "250m", "500m", 8, on_ms=200)
 SPINNING = Neighbour("burst", "250m", "500m", 8)
 RESERVED = "300m"
@@ -99,15 +100,27 @@ def rows(contract: str) -> list[Row]:
     contract_runaway = replace(contract_batch, name=contract_batch.name + " + runaway", neighbours=(BATCH, RUNAWAY))
     return [
         Row(SVC_BATCH, everything, (0.4, 0.8)),
-        Row(Scenario("svc + batch + runaway", (BATCH, RUNAWAY)), everything, (0.4, 0.8)),
+        Row(SVC_BATCH_RUNAWAY, everything, (0.4, 0.8)),
         Row(Scenario("bursting neighbour (8 threads, 200 ms/s)", (BURSTING,)), loose, (0.2, 0.4, 0.6)),
         Row(Scenario("spinning neighbour (8 threads)", (SPINNING,)), loose, (0.2, 0.4, 0.6)),
         Row(REACH, everything, (0.1,)),
         Row(contract_batch, loose, (0.8,)),
         Row(contract_runaway, loose, (0.8,)),
         Row(SVC_BATCH, loose, (0.8,), reserved=RESERVED),
-        Row(SVC_BATCH, (HEADROOM,), (0.8,), burst=True),
-        Row(Scenario("bursting neighbour (8 threads, 200 ms/s)", (BURSTING,)), (HEADROOM,), (0.6,), burst=True),
+        # CFS burst, in the rows where svc is throttled under Headroom: the runaway at 80 %,
+        # and systemReserved (each beside its Headroom row of the same repeat).
+        Row(SVC_BATCH_RUNAWAY, (HEADROOM,), (0.8,), burst=True),
+        Row(SVC_BATCH, (HEADROOM,), (0.8,), reserved=RESERVED, burst=True),
+    ]
+
+
+def burst_rows() -> list[Row]:
+    """`--burst-only`: the experiment alone, each throttled row with and without CFS burst."""
+    return [
+        Row(SVC_BATCH_RUNAWAY, (HEADROOM,), (0.8,)),
+        Row(SVC_BATCH_RUNAWAY, (HEADROOM,), (0.8,), burst=True),
+        Row(SVC_BATCH, (HEADROOM,), (0.8,), reserved=RESERVED),
+        Row(SVC_BATCH, (HEADROOM,), (0.8,), reserved=RESERVED, burst=True),
     ]
 
 
@@ -140,7 +153,7 @@ def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: flo
         f"unthrottled); one whole CPU serves ~{capacity:.0f} requests/s. Median (min–max) of {args.repeats} "
         f"repeat(s), {args.seconds:g} s each. svc's demand at 80 %, measured under no limits: {contract}.\n"
     )
-    for row in rows(contract):
+    for row in burst_rows() if args.burst_only else rows(contract):
         for load in row.loads:
             for policy in row.policies:
                 rs = [
@@ -216,6 +229,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="the measured window per run")
     ap.add_argument("--cost-ms", type=float, default=2.0, help="svc's CPU cost per request, unthrottled")
     ap.add_argument("--rows", nargs="+", help="run only the rows whose name holds one of these")
+    ap.add_argument("--burst-only", action="store_true", help="only the CFS burst experiment, with its baselines")
     args = ap.parse_args()
     lat_bins, bins = build_latency(), build_node()
     rounds = calibrate(lat_bins, args.cost_ms)
@@ -241,9 +255,10 @@ def main() -> None:
             stderr=subprocess.STDOUT,
         )
         scenarios = Scenarios(api, node, lat_bins, rounds)
-        contract = demand(scenarios, capacity, args.seconds)
+        contract = "-" if args.burst_only else demand(scenarios, capacity, args.seconds)
         print(f"svc's demand at 80 % beside batch, no limits: {contract}")
-        chosen = [r for r in rows(contract) if not args.rows or any(w in r.name for w in args.rows)]
+        table = burst_rows() if args.burst_only else rows(contract)
+        chosen = [r for r in table if not args.rows or any(w in r.name for w in args.rows)]
         for rep in range(args.repeats):
             for row in chosen:
                 if row.reserved != node.cpu_reserved:

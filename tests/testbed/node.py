@@ -39,6 +39,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -102,6 +103,27 @@ CADVISOR_CONTAINERD = Path("/run/containerd/containerd.sock")
 # Each node of this machine gets its own pod subnet (10.244.N.0/24) on its own bridge; the
 # bridges have no address and no route, so pods stay on this machine.
 _SUBNETS = itertools.count(77)
+
+
+def _routed() -> set[str]:
+    """The IPv4 destinations the host routes now (/proc/net/route: hex, little-endian)."""
+    out = set()
+    for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1:
+            out.add(socket.inet_ntoa(int(fields[1], 16).to_bytes(4, "little")))
+    return out
+
+
+def _free_subnet() -> str:
+    """The next 10.244.N.0/24 no bridge of this machine routes yet: another process's nodes
+    (the demo's, a benchmark's) count from the same start, and a second bridge with the
+    same subnet sends the host's packets for one node's pods to the other's."""
+    taken = _routed()
+    while True:
+        subnet = f"10.244.{next(_SUBNETS)}.0"
+        if subnet not in taken:
+            return subnet + "/24"
 
 
 def build_node() -> Path:
@@ -201,7 +223,7 @@ class RealNode:
     name: str = field(default_factory=lambda: f"real-{uuid.uuid4().hex[:6]}")
     cpu_reserved: str = "0"  # systemReserved cpu: allocatable is the machine's CPUs less this
     labels: dict[str, str] = field(default_factory=dict)  # the kubelet's --node-labels
-    subnet: str = field(default_factory=lambda: f"10.244.{next(_SUBNETS)}.0/24")
+    subnet: str = field(default_factory=_free_subnet)
     # Pods reach Services: the bridge is their gateway and kube-proxy (nftables mode) runs.
     # The control plane's `pod_gateway` must be this node's `gateway`.
     service_network: bool = False
