@@ -14,8 +14,9 @@ from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from ..core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from . import decode
-from .api import Api
+from .api import Api, ApiError
 from .cache import ClusterCache, Stale
+from .discovery import ServerFacts, discover
 from .watch import Reflector
 
 log = logging.getLogger("headroom.controller")
@@ -232,6 +233,23 @@ class Watches:
                 self.reflectors = [r for r in self.reflectors if r.path != nb.VPA_PATH]
                 h.enqueue(h.cache.replace_neighbours(nb.VPA_KIND, ()))
                 log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
+
+    def follow_capabilities(self, every: float, lock: threading.RLock, took: Callable[[ServerFacts], None]) -> None:
+        """Every `every` seconds until stopped: ask the server what it serves, hand the facts
+        to `took`, and watch VPAs while they are served (under `lock`). A failure is logged
+        and counted, and the facts known before stay in force."""
+        while not self.stop.wait(every):
+            try:
+                facts = discover(self.api)
+                took(facts)
+                with lock:
+                    self.follow_vpas(facts.vpa)
+            except ApiError as exc:
+                log.warning("capability refresh failed", extra={"error": str(exc)})
+                self.on_error("capabilities")
+            except Exception:
+                log.exception("capability refresh crashed")
+                self.on_error("capabilities")
 
     def problem(self) -> str | None:
         """Why the view is incomplete now (a watch failing, relisting or not yet listed);

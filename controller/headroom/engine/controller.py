@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.api import Api, ApiError
+from ..cluster.api import Api
 from ..cluster.cache import ClusterCache, Stale
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.handlers import Watches, WatchHandlers
@@ -362,7 +362,12 @@ class Controller:
         self._spawn("low-priority-writes", lambda: self.writer.lane.run(self.writer, self.stop))
         for i in range(self.options.workers):
             self.workers.append(self._spawn(f"worker-{i}", self._work))
-        self._spawn("capabilities", self._refresh_loop)
+        self._spawn(
+            "capabilities",
+            lambda: self.watches.follow_capabilities(
+                self.options.capability_refresh, self._config_lock, self._took_facts
+            ),
+        )
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""
@@ -389,19 +394,9 @@ class Controller:
                     log.exception("status update failed")
                     self._error("status")
 
-    def _refresh_loop(self) -> None:
-        while not self.stop.wait(self.options.capability_refresh):
-            try:
-                self.facts = discover(self.api)
-                self._refresh_pod_level()
-                with self._config_lock:
-                    self.watches.follow_vpas(self.facts.vpa)
-            except ApiError as exc:
-                log.warning("capability refresh failed", extra={"error": str(exc)})
-                self._error("capabilities")
-            except Exception:
-                log.exception("capability refresh crashed")
-                self._error("capabilities")
+    def _took_facts(self, facts: ServerFacts) -> None:
+        self.facts = facts
+        self._refresh_pod_level()
 
     def _work(self) -> None:
         while not self.stop.is_set():

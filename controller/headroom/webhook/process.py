@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.resolve import Resolution, resolve
-from ..cluster.api import Api, ApiError
+from ..cluster.api import Api
 from ..cluster.cache import ClusterCache
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.handlers import Watches, WatchHandlers
@@ -143,7 +143,12 @@ class WebhookProcess:
         self.watches.start()
         self.watches.follow_vpas(self.facts.vpa)
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
-        self._spawn("capabilities", self._refresh_loop)
+        self._spawn(
+            "capabilities",
+            lambda: self.watches.follow_capabilities(
+                self.options.capability_refresh, self._config_lock, self._took_facts
+            ),
+        )
 
     def _spawn(self, name: str, target: Any) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -161,19 +166,9 @@ class WebhookProcess:
         )
         self.synced.set()
 
-    def _refresh_loop(self) -> None:
-        while not self.stop.wait(self.options.capability_refresh):
-            try:
-                self.facts = discover(self.api)
-                self._refresh_pod_level()
-                with self._config_lock:
-                    self.watches.follow_vpas(self.facts.vpa)
-            except ApiError as exc:
-                log.warning("capability refresh failed", extra={"error": str(exc)})
-                self._error("capabilities")
-            except Exception:
-                log.exception("capability refresh crashed")
-                self._error("capabilities")
+    def _took_facts(self, facts: ServerFacts) -> None:
+        self.facts = facts
+        self._refresh_pod_level()
 
     def shutdown(self) -> None:
         self.stop.set()
