@@ -42,7 +42,7 @@ from headroom.core.params import Resolver, Settings  # noqa: E402
 from headroom.core.records import Namespace, Node, node_from_dict  # noqa: E402
 from headroom.webhook import mutation  # noqa: E402
 from headroom.webhook.server import Sources, review_response  # noqa: E402
-from webhook_client import post_review  # noqa: E402
+from helpers.webhook_client import post_review  # noqa: E402
 
 
 def resolver(profiles: int) -> Resolver:
@@ -370,7 +370,7 @@ def attack_row(attack: Attack | None, nodes: int, profiles: int, window: float, 
 
 
 def attacks(nodes: int, window: float, only: list[str] | None) -> None:
-    from headroom.cluster.certs import issue
+    from headroom.webhook.certs import issue
 
     global COSTLY, HUGE, ORDINARY_BODY
     # As many values as keep the review inside the placement budget at this node count (299

@@ -60,10 +60,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-from cluster_helpers import apply_config, register_webhook  # noqa: E402
-from headroom.cluster.api import MERGE_PATCH, Api, pod_path  # noqa: E402
+from headroom.cluster.client import MERGE_PATCH, Api, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.quantity import cpu_milli  # noqa: E402
+from helpers.cluster_helpers import apply_config, register_webhook  # noqa: E402
 from testbed import controlplane  # noqa: E402
 from testbed.sim_kubelet import SimulatedFleet  # noqa: E402
 

@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cluster_helpers import apply_config, bind_controller, install_crds  # noqa: E402
+from helpers.cluster_helpers import apply_config, bind_controller, install_crds  # noqa: E402
 from testbed.controlplane import ControlPlane, build  # noqa: E402
 from testbed.latency import (  # noqa: E402
     BATCH,

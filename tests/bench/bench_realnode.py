@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cluster_helpers import bind_controller, install_crds  # noqa: E402
-from headroom.cluster.api import Api, pod_path  # noqa: E402
+from headroom.cluster.client import Api, pod_path  # noqa: E402
 from headroom.core.quantity import cpu_milli, format_milli  # noqa: E402
+from helpers.cluster_helpers import bind_controller, install_crds  # noqa: E402
 from testbed.controlplane import ControlPlane, build  # noqa: E402
 from testbed.node import RealNode, build_node, busy_pod, running_containers  # noqa: E402
 

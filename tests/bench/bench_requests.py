@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from headroom.cluster.api import Api, connect
+from headroom.cluster.client import Api, connect
 
 N = 20_000
 

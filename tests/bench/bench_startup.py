@@ -76,7 +76,7 @@ def make_cluster(
 
 BASELINE = """
 import sys, time
-from headroom.cluster.api import Api, connect
+from headroom.cluster.client import Api, connect
 from headroom.core.records import pod_from_dict
 api = Api(connect(sys.argv[1]))
 t = time.perf_counter()

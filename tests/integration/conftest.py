@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds, install_vpa_crd
-from faultproxy import FaultProxy
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError
+from helpers.cluster_helpers import CONTROLLER_TOKEN, bind_controller, install_crds, install_vpa_crd
+from helpers.faultproxy import FaultProxy
 from testbed.controlplane import ControlPlane, build, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +217,7 @@ def webhook_controller(
     """Start a controller that serves its webhook with a certificate from the test CA, and
     register it with the API server as MutatingWebhookConfiguration `<prefix>-<port>`
     (removed afterwards): (controller, port)."""
-    from cluster_helpers import register_webhook
+    from helpers.cluster_helpers import register_webhook
 
     registered: list[str] = []
 

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from chart import ROOT, find, helm
-from cluster_helpers import SecretMount
-from headroom.cluster.api import Api, ApiError
+from headroom.cluster.client import Api, ApiError
+from helpers.chart import ROOT, find, helm
+from helpers.cluster_helpers import SecretMount
 from testbed.controlplane import free_port
 
 VALUES = {

@@ -11,7 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster_helpers import (
+from headroom.cluster.client import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.commands.output import explain
+from headroom.core.planner import ClusterPlan, plan_cluster
+from helpers.cluster_helpers import (
     cpu_limits,
     create_pod,
     events,
@@ -20,12 +24,8 @@ from cluster_helpers import (
     wait_limit_range_enforced,
     wait_limits,
 )
-from factories import container
-from faultproxy import Rule
-from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
-from headroom.cluster.live import read_cluster
-from headroom.commands.output import explain
-from headroom.core.planner import ClusterPlan, plan_cluster
+from helpers.factories import container
+from helpers.faultproxy import Rule
 from testbed.sim_kubelet import SimulatedKubelet
 
 # The admission plugins' answers to a resize (LimitRanger, ResourceQuota) are the server's:
@@ -327,7 +327,7 @@ def test_a_pod_that_leaves_management_says_so_and_keeps_or_gets_back_its_limit(c
 def test_the_limit_range_rule_answers_what_the_servers_limitranger_answers(api, namespace, make_node):
     """One rule, checked against the server's own LimitRanger: every verdict (and its
     message) for each pod and candidate limits, through a dry-run resize."""
-    from headroom.cluster.api import ApiError
+    from headroom.cluster.client import ApiError
     from headroom.core.limitrange import limit_range_from_dict, limit_range_refusal
     from headroom.core.quantity import cpu_milli
     from headroom.core.records import pod_from_dict

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import (
+from headroom.cluster.client import ApiError, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import plan_cluster
+from helpers.cluster_helpers import (
     cond,
     cpu_limits,
     create_pod,
@@ -18,10 +21,7 @@ from cluster_helpers import (
     wait_limits,
     wait_node_event,
 )
-from factories import container
-from headroom.cluster.api import ApiError, pod_path
-from headroom.cluster.live import read_cluster
-from headroom.core.planner import plan_cluster
+from helpers.factories import container
 from testbed.sim_kubelet import SimulatedKubelet
 
 DEBOUNCE = 0.5
@@ -231,8 +231,8 @@ def test_a_wave_is_one_event_that_kubectl_describe_node_shows(cluster, control_p
     node` (which shows only events carrying the node's uid) finds it."""
     import subprocess
 
-    from chart import TOOLS
-    from cluster_helpers import node_events
+    from helpers.chart import TOOLS
+    from helpers.cluster_helpers import node_events
 
     api, ns, make_node, start = cluster
     node = make_node(cpu="8")

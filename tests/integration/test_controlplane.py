@@ -2,8 +2,8 @@
 
 import pytest
 
-from cluster_helpers import K8S_MINOR, K8S_VERSION
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
+from helpers.cluster_helpers import K8S_MINOR, K8S_VERSION
 from testbed.controlplane import ControlPlane
 
 pytestmark = pytest.mark.version_sensitive

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from corpus_cases import invalid_cases
 from headroom.api.models import HeadroomConfig, settings_from
 from headroom.api.validate import validate_object
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError, object_path
 from headroom.core.params import Settings
+from helpers.corpus_cases import invalid_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP_PATH = "/apis/kube-headroom.dev/v1alpha1"

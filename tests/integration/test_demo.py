@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from cluster_helpers import K8S_MINOR, K8S_VERSION, NEWEST_K8S
 from headroom.api import crds
 from headroom.core.quantity import cpu_milli
+from helpers.cluster_helpers import K8S_MINOR, K8S_VERSION, NEWEST_K8S
 from testbed.controlplane import ControlPlane, build
 from testbed.demo import _wait_established, load
 

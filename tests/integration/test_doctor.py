@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import K8S_VERSION, create_pod, headroom_cli
+from helpers.cluster_helpers import K8S_VERSION, create_pod, headroom_cli
 
 pytestmark = pytest.mark.version_sensitive
 
@@ -135,7 +135,7 @@ def test_doctor_finds_the_chart_install_by_its_labels_and_says_first_when_there_
     import contextlib
     import datetime
 
-    from headroom.cluster.api import ApiError
+    from headroom.cluster.client import ApiError
 
     with contextlib.suppress(ApiError):
         api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")

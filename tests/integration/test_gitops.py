@@ -15,10 +15,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from argocd_health import CUSTOMIZATIONS, health
-from cluster_helpers import GROUP, apply_config, cond, create_pod, profile, wait_for
-from factories import container
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError
+from helpers.argocd_health import CUSTOMIZATIONS, health
+from helpers.cluster_helpers import GROUP, apply_config, cond, create_pod, profile, wait_for
+from helpers.factories import container
 from testbed.controlplane import build
 from testbed.sim_kubelet import SimulatedKubelet
 
@@ -139,7 +139,7 @@ def test_kubectl_get_wide_shows_healthy_dry_run_paused_conflicting_and_stale(
 ):
     """What an on-call engineer sees with `kubectl get hrc,npp -o wide` in each state
     (docs/gitops.md shows one capture of this test, printed with -s)."""
-    from chart import TOOLS
+    from helpers.chart import TOOLS
 
     headroom_config()
     names = {"healthy": "wide-a", "dryrun": "wide-b", "paused": "wide-c", "loser": "wide-d"}

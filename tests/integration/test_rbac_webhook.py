@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from factories import container, pod
-from headroom.cluster.api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
+from headroom.cluster.client import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
+from helpers.factories import container, pod
 
 
 def test_the_controller_identity_cannot_update_pods_patch_nodes_or_read_secrets(
@@ -76,9 +76,9 @@ def test_the_admission_policy_lets_the_controller_write_only_its_annotations(
     refused; the controller, running as that identity, still resizes and annotates."""
     import uuid
 
-    from chart import find, render
-    from cluster_helpers import create_pod, wait_annotation, wait_limits
-    from headroom.cluster.api import connect, object_path
+    from headroom.cluster.client import connect, object_path
+    from helpers.chart import find, render
+    from helpers.cluster_helpers import create_pod, wait_annotation, wait_limits
     from testbed.sim_kubelet import SimulatedKubelet
 
     ns = release = f"vap-{uuid.uuid4().hex[:6]}"

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import K8S_MINOR, K8S_VERSION, create_pod, wait_for, wait_limits
-from factories import container
-from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
+from headroom.cluster.client import STRATEGIC_PATCH, Api, ApiError, pod_path
+from helpers.cluster_helpers import K8S_MINOR, K8S_VERSION, create_pod, wait_for, wait_limits
+from helpers.factories import container
 from testbed.sim_kubelet import SimulatedKubelet
 
 pytestmark = pytest.mark.version_sensitive
@@ -198,7 +198,7 @@ def test_the_webhook_gives_a_pod_level_limit_only_where_the_controller_could_res
     server refuses every pod-level resize) and on a node that does not declare the feature,
     a pod with pod-level resources gets no pod-level limit at admission — one it could
     never shed (PodLevelResourcesUnsupported). Before, it got one on every release."""
-    from factories import pod
+    from helpers.factories import pod
 
     declaring, plain = make_node(features=POD_LEVEL), make_node()
     headroom_config()

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import K8S_MINOR, create_pod
-from factories import container
-from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError, pod_path
+from headroom.cluster.client import STRATEGIC_PATCH, Api, ApiError, pod_path
 from headroom.core.records import pod_from_dict
+from helpers.cluster_helpers import K8S_MINOR, create_pod
+from helpers.factories import container
 from testbed.sim_kubelet import INFEASIBLE, SimulatedKubelet
 
 pytestmark = pytest.mark.version_sensitive

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from chart import PROMTOOL, dashboard_metric_names
-from cluster_helpers import (
+from headroom.cluster.client import STRATEGIC_PATCH, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import plan_cluster
+from helpers.chart import PROMTOOL, dashboard_metric_names
+from helpers.cluster_helpers import (
     CONTROLLER_TOKEN,
     K8S_MINOR,
     LEASE,
@@ -20,10 +23,7 @@ from cluster_helpers import (
     create_pod,
     wait_limits,
 )
-from factories import container
-from headroom.cluster.api import STRATEGIC_PATCH, pod_path
-from headroom.cluster.live import read_cluster
-from headroom.core.planner import plan_cluster
+from helpers.factories import container
 from testbed.controlplane import ADMIN_TOKEN
 from testbed.sim_kubelet import SimulatedKubelet
 

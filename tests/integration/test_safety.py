@@ -1,5 +1,5 @@
 """The safety contract (docs/safety.md) on the real API server, with faults injected by a
-loopback proxy between `headroom run` and the server (tests/faultproxy.py)."""
+loopback proxy between `headroom run` and the server (tests/helpers/faultproxy.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ import contextlib
 import time
 import uuid
 
-from cluster_helpers import GROUP, cpu_limits, create_pod, events, node_events, profile, wait_annotation, wait_limits
-from factories import container
-from faultproxy import Rule
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError, pod_path
 from headroom.cluster.live import read_cluster
 from headroom.core.planner import plan_cluster
 from headroom.core.records import pod_from_dict, qos_class
+from helpers.cluster_helpers import (
+    GROUP,
+    cpu_limits,
+    create_pod,
+    events,
+    node_events,
+    profile,
+    wait_annotation,
+    wait_limits,
+)
+from helpers.factories import container
+from helpers.faultproxy import Rule
 from testbed.sim_kubelet import INFEASIBLE, SimulatedKubelet
 
 RESIZE = r"/pods/[^/]+/resize$"

@@ -6,9 +6,9 @@ import contextlib
 import time
 from typing import Any
 
-from cluster_helpers import GROUP, K8S_MINOR, K8S_VERSION, cond, create_pod, profile, wait_for, wait_limits
-from factories import container
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
+from helpers.cluster_helpers import GROUP, K8S_MINOR, K8S_VERSION, cond, create_pod, profile, wait_for, wait_limits
+from helpers.factories import container
 from testbed.sim_kubelet import SimulatedKubelet
 
 

@@ -13,12 +13,12 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from chart import TOOLS
-from factories import container, namespace, node, pod
 from headroom.api.resolve import resolve
 from headroom.api.validate import UnreadableFile, load_documents, objects, validate_file
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
-from parity_corpus import generate
+from helpers.chart import TOOLS
+from helpers.factories import container, namespace, node, pod
+from helpers.parity_corpus import generate
 
 KUBECTL = TOOLS / "bin" / "kubectl"
 NODE = node_from_dict(node("n1", labels={"pool": "batch"}))

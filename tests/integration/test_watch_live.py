@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-from factories import namespace as namespace_obj
 from headroom.cluster.watch import Reflector
+from helpers.factories import namespace as namespace_obj
 
 
 def test_reflector_lists_then_streams_events(api, namespace):

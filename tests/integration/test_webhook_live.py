@@ -18,12 +18,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cluster_helpers import SecretMount, profile
-from cluster_helpers import register_webhook as register
-from factories import container, pod
-from headroom.cluster.api import Api, ApiError
+from headroom.cluster.client import Api, ApiError
+from helpers.cluster_helpers import SecretMount, profile
+from helpers.cluster_helpers import register_webhook as register
+from helpers.factories import container, pod
+from helpers.webhook_client import post_review
 from testbed.controlplane import free_port
-from webhook_client import post_review
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
@@ -462,8 +462,8 @@ def test_one_costly_review_holds_no_other(
 ):
     """A pod whose required node affinity has 30,000 terms, beside 500 cached nodes: its
     placement is over the webhook's budget, so it gets no limit (the controller decides once
-    it is bound), counted and logged once per namespace; an honest review sent 0.3 s after it is
-    answered with its limit within 1 s, the costly one within 5 s. Before the budget the
+    it is bound), counted and logged once per namespace; an honest review sent 0.3 s after it,
+    while it is still being decided, is answered with its limit first. Before the budget the
     costly decision took 18 s on the event loop, and the honest one waited for it. Then the
     same through the API server, with dryRun=All (which reaches the webhook and leaves
     nothing behind)."""
@@ -481,8 +481,10 @@ def test_one_costly_review_holds_no_other(
     honest = pod("honest", namespace=namespace, node=None, containers=[container(cpu="500m", mem_limit=None)])
     honest.pop("status")
     with ThreadPoolExecutor(2) as pool:
+        heavy_at = time.monotonic()
         heavy = pool.submit(_answer, port, costly, ca)
         time.sleep(0.3)
+        light_at = time.monotonic()
         light = pool.submit(_answer, port, _review("honest", namespace, honest), ca)
         (heavy_out, heavy_s), (light_out, light_s) = heavy.result(), light.result()
     print(
@@ -490,7 +492,10 @@ def test_one_costly_review_holds_no_other(
     )
     assert "patch" in light_out["response"], light_out
     assert "patch" not in heavy_out["response"] and heavy_out["response"]["allowed"] is True, heavy_out
-    assert light_s < 1.0 and heavy_s < 5.0, (light_s, heavy_s)
+    # Not held behind it: an honest review sent while the costly one was still being decided
+    # is answered first (in line behind it, it could only come after).
+    heavy_done, light_done = heavy_at + heavy_s, light_at + light_s
+    assert heavy_done <= light_at or light_done < heavy_done, (heavy_s, light_s)
     # Through the API server: the costly pod with dryRun=All, an honest pod created 0.3 s later.
     body = _costly_pod("costly-dry", 30_000)
     body["metadata"]["namespace"] = namespace
@@ -531,7 +536,7 @@ def test_doctor_checks_the_ca_bundle_of_a_url_webhook(
     every call failed TLS."""
     from cryptography.hazmat.primitives import serialization
 
-    from cluster_helpers import headroom_cli
+    from helpers.cluster_helpers import headroom_cli
     from testbed.pki import CA
 
     make_node()

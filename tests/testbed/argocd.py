@@ -32,7 +32,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
 
 from . import host
 from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port

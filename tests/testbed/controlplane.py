@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headroom.cluster.api import Api, ApiError, connect
+from headroom.cluster.client import Api, ApiError, connect
 
 from . import host
 from .pki import CA, signing_key

@@ -24,7 +24,7 @@ from typing import Any
 
 from headroom import logs
 from headroom.api import crds
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, object_path
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError, object_path
 from headroom.cluster.live import read_cluster
 from headroom.cluster.snapshot import read_objects
 from headroom.commands.output import table

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
 
 from . import host
 from .controlplane import ControlPlane, ControlPlaneError, build_quietly, free_port

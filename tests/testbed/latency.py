@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headroom.cluster.api import Api, ApiError
+from headroom.cluster.client import Api, ApiError
 from headroom.core import keys
 from headroom.core.quantity import cpu_milli
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
 from headroom.core.quantity import cpu_milli
 
 from . import host

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from headroom.cluster.api import MERGE_PATCH, Api, ApiError, pod_path
+from headroom.cluster.client import MERGE_PATCH, Api, ApiError, pod_path
 
 # The one refusal the simulation can inject. A real kubelet defers only a request raise the
 # node cannot fit (tests/integration/realcluster shows it), never a limit-only resize, so

@@ -8,9 +8,9 @@ import kubernetes_validate
 import pytest
 from ruamel.yaml import YAML
 
-from corpus_cases import invalid_cases
 from headroom.api import crds
 from headroom.api.validate import validate_file, validate_object
+from helpers.corpus_cases import invalid_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 # Argo CD's health tests and their captured objects (some invalid on purpose) are not examples

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ruamel.yaml import YAML
 
-from argocd_health import APPLICATION, CUSTOMIZATIONS, KINDS, health
+from helpers.argocd_health import APPLICATION, CUSTOMIZATIONS, KINDS, health
 
 CASES = [
     (kind, case)

@@ -1,12 +1,12 @@
-"""The three-way rule for in-place resize of pod-level resources (SPEC §8)."""
+"""The three-way rule for in-place resize of pod-level resources."""
 
 import pytest
 
-from factories import container, namespace, node, pod
 from headroom.api.resolve import resolve
 from headroom.core.capabilities import node_allows_pod_level_resize, parse_version, pod_level_resize
 from headroom.core.planner import plan_cluster
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+from helpers.factories import container, namespace, node, pod
 
 GATE = "InPlacePodLevelResourcesVerticalScaling"
 

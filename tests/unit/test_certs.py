@@ -12,8 +12,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.hashes import SHA256
 
-from headroom.cluster.api import ApiError
-from headroom.cluster.certs import MAX_BUNDLE, WEBHOOK_NAME, CertManager, issue
+from headroom.cluster.client import ApiError
+from headroom.webhook.certs import MAX_BUNDLE, WEBHOOK_NAME, CertManager, issue
 
 SECRET = "/api/v1/namespaces/ns/secrets/tls"
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/headroom"

@@ -1,12 +1,12 @@
-"""Every reason code of SPEC §5, and that the first failing check is the one reported."""
+"""Every eligibility reason code, and that the first failing check is the one reported."""
 
 import pytest
 
-from factories import container, namespace, node, pod
 from headroom.core import eligibility as e
 from headroom.core.params import Exclusions, Settings
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.core.selectors import Selector
+from helpers.factories import container, namespace, node, pod
 
 BASE = Settings()
 

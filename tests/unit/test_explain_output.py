@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import datetime
 
-from factories import container, node, pod
 from headroom.cluster.prometheus import Throttling, changes
 from headroom.commands import output
 from headroom.core.params import Settings
 from headroom.core.planner import ClusterPlan, plan_node
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+from helpers.factories import container, node, pod
 
 NS = {"team": namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})}
 

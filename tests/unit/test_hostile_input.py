@@ -18,8 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factories import container, node, pod
-from generated import run_counting
 from headroom.api.resolve import resolve
 from headroom.cluster import decode
 from headroom.core import limitrange, quota
@@ -28,6 +26,8 @@ from headroom.core.planner import plan_cluster, plan_node
 from headroom.core.quantity import QuantityError, cpu_milli, whole_units
 from headroom.core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.webhook.server import Sources, review_response
+from helpers.factories import container, node, pod
+from helpers.generated import run_counting
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from podgen import make_pod
@@ -555,10 +555,10 @@ def test_samples_no_query_can_answer_and_labels_no_name_can_hold_are_skipped():
 def test_doctor_says_what_is_wrong_with_a_webhook_url_the_api_server_stores(url):
     """Before: a port out of range ended doctor in ValueError, a 70-letter host label in
     UnicodeError (both URLs the API server accepts and stores)."""
-    from headroom.cluster.certs import issue
-    from headroom.commands.doctor import _url_trust_checks
+    from headroom.commands.doctor.webhook import url_trust_checks
+    from headroom.webhook.certs import issue
 
-    (finding,) = _url_trust_checks("headroom", url, issue(["127.0.0.1"], 1)[0], timeout=1)
+    (finding,) = url_trust_checks("headroom", url, issue(["127.0.0.1"], 1)[0], timeout=1)
     assert finding.level in ("fail", "warn") and url.split("/")[2] in finding.message, finding
 
 

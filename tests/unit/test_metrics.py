@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from factories import container, node, pod
 from headroom.core.params import Settings
 from headroom.core.planner import plan_node
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.metrics import Metrics
+from helpers.factories import container, node, pod
 
 NS = {"team": namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})}
 

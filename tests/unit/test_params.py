@@ -1,4 +1,4 @@
-"""HeadroomConfig merged with the winning NodePoolProfile (SPEC §2.2)."""
+"""HeadroomConfig merged with the winning NodePoolProfile."""
 
 from fractions import Fraction
 

@@ -1,4 +1,4 @@
-"""The policy of SPEC §4: table tests and property tests of its invariants."""
+"""The policy arithmetic: table tests and property tests of its invariants."""
 
 from dataclasses import replace
 from fractions import Fraction
@@ -7,8 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factories import container, pod
-from generated import run_counting
 from headroom.core.eligibility import computed_containers
 from headroom.core.params import Exclusions, Settings
 from headroom.core.policy import (
@@ -22,6 +20,8 @@ from headroom.core.policy import (
     compute_node,
 )
 from headroom.core.records import GUARANTEED, Pod, pod_from_dict, qos_class
+from helpers.factories import container, pod
+from helpers.generated import run_counting
 
 S = Settings()
 
@@ -328,3 +328,18 @@ def test_what_if_is_the_policy_itself_at_another_request():
     assert what_if(n, "ci/build-a", 1000) == 2000
     assert what_if(n, "ci/build-a", 4000) == 4000 + 4000 * 4500 // 11500 // 10 * 10
     assert what_if(n, "nobody/here", 100) is None
+
+
+def test_a_pass_writes_first_limits_then_cuts_then_raises():
+    from headroom.core.planner import PodPlan
+    from headroom.core.policy import ContainerTarget, Managed, PodTarget, write_order
+
+    def plan(name: str, current: int | None, target: int) -> PodPlan:
+        pod = P(name)
+        c = ContainerTarget("app", 100, current, target, True)
+        t = PodTarget(Managed(pod, pod.containers), 100, target, "proportional", (c,), None, True)
+        return PodPlan(pod, "Managed", t)
+
+    steps = [plan("raise", 500, 900), plan("cut", 900, 500), plan("seed", None, 700), plan("raise2", 100, 200)]
+    steps.sort(key=lambda pp: write_order(pp.target))
+    assert [s.pod.name for s in steps] == ["seed", "cut", "raise", "raise2"]

@@ -1,74 +1,18 @@
-"""When the status annotation is rewritten, and what it says (pure parts of the reconciler)."""
+"""What the reconciler keeps between passes (per node, or per write in flight), how it
+queues status annotations, how backoffs end, and the resend of resizes the kubelet never
+applied."""
 
-import json
+from dataclasses import replace
 
-from factories import container, node, pod
-from headroom.core.params import Settings
-from headroom.core.planner import plan_node
+from headroom.cluster.cache import ClusterCache
+from headroom.cluster.writer import APPLIED, Outcome, Writer
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
-from headroom.engine.reconciler import annotation_due, status_annotation
-
-S = Settings(pool="batch")
-NS = {"team": namespace_from_dict({"metadata": {"name": "team", "labels": {"kube-headroom.dev/mode": "managed"}}})}
-
-
-def _plan(annotation=None):
-    raw = pod(
-        containers=[container(cpu="500m")], annotations={"kube-headroom.dev/status": annotation} if annotation else None
-    )
-    p = pod_from_dict(raw)
-    plan = plan_node(node_from_dict(node(cpu="16")), [p], NS, S, pod_level_resize=False)
-    return plan, plan.pods[0].target
-
-
-def _due(annotation, settings=S):
-    plan, t = _plan(annotation)
-    return annotation_due(plan.pods[0].pod, t, settings)
-
-
-def test_annotation_has_the_spec_shape():
-    plan, t = _plan()
-    value = json.loads(status_annotation(plan, t))
-    assert list(value) == [
-        "factor",
-        "slack",
-        "managedRequests",
-        "nodePods",
-        "target",
-        "policy",
-        "pool",
-        "dryRun",
-        "computedAt",
-    ]
-    assert value["factor"] == "32.00" and value["slack"] == "15500m" and value["managedRequests"] == "500m"
-    assert (value["target"], value["policy"], value["pool"], value["dryRun"]) == (
-        "5000m",
-        "proportional-v1",
-        "batch",
-        False,
-    )
-
-
-def test_annotation_is_rewritten_only_when_it_says_something_new():
-    assert _due(None)
-    assert not _due('{"target":"5000m","pool":"batch","dryRun":false}')
-    assert not _due('{"target":"4800m","pool":"batch","dryRun":false}')  # +4 %: inside the 10 % deadband
-    assert _due('{"target":"3000m","pool":"batch","dryRun":false}')
-    assert _due('{"target":"5000m","pool":"other","dryRun":false}')
-    assert _due('{"target":"5000m","pool":"batch","dryRun":true}')
-    assert _due("not json")
-
-
-# --- what the reconciler keeps between passes: per node, or per write in flight -----------
-
-from dataclasses import replace  # noqa: E402
-
-from headroom.cluster.cache import ClusterCache  # noqa: E402
-from headroom.cluster.writer import APPLIED, Outcome, Writer  # noqa: E402
-from headroom.engine.backoff import PodBackoff  # noqa: E402
-from headroom.engine.config import ConfigState  # noqa: E402
-from headroom.engine.queue import NodeBusy  # noqa: E402
-from headroom.engine.reconciler import Reconciler  # noqa: E402
+from headroom.engine import unapplied
+from headroom.engine.backoff import PodBackoff
+from headroom.engine.config import ConfigState
+from headroom.engine.queue import NodeBusy
+from headroom.engine.reconciler import Reconciler
+from helpers.factories import container, node, pod
 
 CONFIG = {
     "apiVersion": "kube-headroom.dev/v1alpha1",
@@ -207,3 +151,51 @@ def test_backoffs_of_one_node_ending_a_pass_apart_end_together():
     rec.reconcile("n1")
     assert backoff.active() == frozenset({"team/p1"})
     assert writer.resizes == ["p0"] and writer.written["p0"] == "15500m"  # p1 is booked, not managed
+
+
+def test_a_resize_the_kubelet_never_applied_is_sent_again_after_the_grace_then_warned_once():
+    """The spec holds the written limit, the kubelet reports another applied and no resize in
+    progress: after the grace the pass writes back what the kubelet applied (the unapplied
+    bound), at most RESENDS times; then one Warning, not one per pass."""
+    cache, config, raws = _cluster(1)
+    now = [1000.0]
+    writer = RecordingWriter()
+    events: list[tuple[str, str]] = []
+    writer.event = lambda pod, kind, reason, note, action="": events.append((reason, note))  # type: ignore[method-assign]
+    rec = Reconciler(cache, config, writer, PodBackoff(), clock=lambda: now[0])
+    rec.reconcile("n1")
+    _echo(cache, raws, writer, rv=100)
+    assert writer.resizes == ["p0"]
+
+    rv = [100]
+
+    def lost() -> None:  # the kubelet reports 500m applied, not the spec's limit (a new status)
+        rv[0] += 1
+        cache.upsert_pod(replace(cache.pod("team/p0"), unapplied=(("app", 500),), resource_version=str(rv[0])))
+
+    def watch_brings_it() -> None:
+        rv[0] += 1
+        _echo(cache, raws, writer, rv=rv[0])
+
+    for _ in range(unapplied.RESENDS):
+        lost()
+        seen = rec.reconcile("n1")  # the grace begins: nothing is sent, the node comes back at its end
+        assert seen.writes == 0 and seen.requeue_after is not None and 10 <= seen.requeue_after <= 10.1
+        now[0] += unapplied.GRACE
+        rec.reconcile("n1")
+        assert writer.written["p0"] == "500m"  # what the kubelet applied, written back
+        watch_brings_it()
+        rec.reconcile("n1")  # then the target again, a new resize the kubelet sees
+        assert writer.written["p0"] == "5000m"
+        watch_brings_it()
+    sent = len(writer.resizes)
+    assert sent == 1 + 2 * unapplied.RESENDS
+    lost()
+    for _ in range(3):
+        rec.reconcile("n1")
+        now[0] += unapplied.GRACE
+    assert len(writer.resizes) == sent  # the resends are spent
+    assert [reason for reason, _ in events] == ["CPULimitNotApplied"], events
+    assert "look at the node's kubelet" in events[0][1]
+    rec.forget("team/p0")
+    assert rec.unapplied._resent == {} and rec.unapplied._since == {}

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from factories import container, node, pod
 from headroom.core.records import (
     APP,
     BEST_EFFORT,
@@ -16,6 +15,7 @@ from headroom.core.records import (
     node_from_dict,
     pod_from_dict,
 )
+from helpers.factories import container, node, pod
 
 
 def test_booking_is_the_sum_of_app_containers():

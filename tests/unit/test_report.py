@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from browser import rendered
+from helpers.browser import rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import namespace, node, pod
 from headroom.api.resolve import CURRENT, FROZEN, LAST_VALID, NO_CONFIG, resolve
 from headroom.core.eligibility import CONFIG_UNUSABLE, MANAGED, eligibility
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+from helpers.factories import namespace, node, pod
 
 V = "kube-headroom.dev/v1alpha1"
 

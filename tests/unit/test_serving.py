@@ -22,8 +22,8 @@ import pytest
 
 from headroom.serving import Limits
 from headroom.webhook.server import LIMITS, MAX_BODY
+from helpers.webhook_client import post_review
 from testbed.pki import CA
-from webhook_client import post_review
 
 HERE = Path(__file__).resolve().parents[1]
 

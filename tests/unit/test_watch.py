@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
 from headroom.cluster.watch import Reflector
 
 

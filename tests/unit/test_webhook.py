@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from factories import container, namespace, node, pod
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from
 from headroom.api.resolve import resolve
 from headroom.core.params import Resolver
 from headroom.core.records import namespace_from_dict, node_from_dict
 from headroom.webhook import mutation
 from headroom.webhook.server import Sources, review_response
+from helpers.factories import container, namespace, node, pod
 
 
 def nodes(*raw: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.capabilities import parse_version
-from .api import Api, ApiError
+from .client import Api, ApiError
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from typing import Any
 from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
 from ..core.records import RecordError, namespace_from_dict, node_from_dict, pod_from_dict
-from . import decode
-from .api import Api, ApiError
+from . import decode, loop
 from .cache import ClusterCache, Stale
+from .client import Api
 from .discovery import ServerFacts, discover
 from .watch import Reflector
 
@@ -207,8 +207,8 @@ class Watches:
             (keys.PROFILE_PATH, h.custom_list(keys.PROFILE_KIND), h.custom_event(keys.PROFILE_KIND)),
         ]
         for path, kind, build in (
-            (limitrange.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
-            (quota.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
+            (keys.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
+            (keys.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
         ):
             watches.append((path, h.neighbour_list(kind, build), h.neighbour_event(kind, build)))
         with self._lock:
@@ -224,13 +224,13 @@ class Watches:
                 self._vpa_stop = threading.Event()
                 vpa = nb.VPA_KIND, nb.vpa_from_dict
                 self.reflectors.append(
-                    self._reflector(nb.VPA_PATH, h.neighbour_list(*vpa), h.neighbour_event(*vpa), self._vpa_stop)
+                    self._reflector(keys.VPA_PATH, h.neighbour_list(*vpa), h.neighbour_event(*vpa), self._vpa_stop)
                 )
                 log.info("watching VerticalPodAutoscalers")
             elif not served and self._vpa_stop is not None:
                 self._vpa_stop.set()
                 self._vpa_stop = None
-                self.reflectors = [r for r in self.reflectors if r.path != nb.VPA_PATH]
+                self.reflectors = [r for r in self.reflectors if r.path != keys.VPA_PATH]
                 h.enqueue(h.cache.replace_neighbours(nb.VPA_KIND, ()))
                 log.info("VerticalPodAutoscalers are no longer served; stopped watching them")
 
@@ -238,18 +238,14 @@ class Watches:
         """Every `every` seconds until stopped: ask the server what it serves, hand the facts
         to `took`, and watch VPAs while they are served (under `lock`). A failure is logged
         and counted, and the facts known before stay in force."""
-        while not self.stop.wait(every):
-            try:
-                facts = discover(self.api)
-                took(facts)
-                with lock:
-                    self.follow_vpas(facts.vpa)
-            except ApiError as exc:
-                log.warning("capability refresh failed", extra={"error": str(exc)})
-                self.on_error("capabilities")
-            except Exception:
-                log.exception("capability refresh crashed")
-                self.on_error("capabilities")
+
+        def refresh() -> None:
+            facts = discover(self.api)
+            took(facts)
+            with lock:
+                self.follow_vpas(facts.vpa)
+
+        loop.every(every, self.stop, refresh, "capability refresh", "capabilities", self.on_error)
 
     def problem(self) -> str | None:
         """Why the view is incomplete now (a watch failing, relisting or not yet listed);

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .api import Api, ApiError
+from .client import Api, ApiError
 
 log = logging.getLogger("headroom.lease")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..core import keys, limitrange, quota
 from ..core import neighbours as nb
-from .api import Api, ApiError
+from .client import Api, ApiError
 from .snapshot import Snapshot, snapshot_from_objects
 
 _KINDS = (
@@ -15,9 +15,9 @@ _KINDS = (
     (keys.PODS_PATH, "v1", "Pod"),
     (keys.CONFIG_PATH, keys.API_VERSION, keys.CONFIG_KIND),
     (keys.PROFILE_PATH, keys.API_VERSION, keys.PROFILE_KIND),
-    (limitrange.LIMIT_RANGE_PATH, "v1", limitrange.LIMIT_RANGE_KIND),
-    (quota.QUOTA_PATH, "v1", quota.QUOTA_KIND),
-    (nb.VPA_PATH, "autoscaling.k8s.io/v1", nb.VPA_KIND),
+    (keys.LIMIT_RANGE_PATH, "v1", limitrange.LIMIT_RANGE_KIND),
+    (keys.QUOTA_PATH, "v1", quota.QUOTA_KIND),
+    (keys.VPA_PATH, "autoscaling.k8s.io/v1", nb.VPA_KIND),
 )
 _OPTIONAL = (keys.API_VERSION, "autoscaling.k8s.io/v1")  # CRDs a cluster may not have
 

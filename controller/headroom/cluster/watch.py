@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from .api import Api, ApiError
+from .client import Api, ApiError
 
 log = logging.getLogger("headroom.watch")
 

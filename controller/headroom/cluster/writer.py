@@ -21,7 +21,7 @@ from ..core import keys
 from ..core.policy import PodTarget
 from ..core.quantity import format_milli
 from ..core.records import APP, Node, Pod, RecordError, pod_from_dict
-from .api import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
+from .client import MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, pod_path
 
 log = logging.getLogger("headroom.writer")
 

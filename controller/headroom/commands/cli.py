@@ -35,7 +35,7 @@ def _snapshot_plan(args: argparse.Namespace) -> ClusterPlan:
     if args.snapshot:
         snap = load_snapshot(Path(args.snapshot))
     else:
-        from ..cluster.api import Api, ApiError, connect
+        from ..cluster.client import Api, ApiError, connect
         from ..cluster.discovery import discover
         from ..cluster.live import read_cluster
 
@@ -155,7 +155,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             status = 1
     live, node_labels = None, None
     if args.live:
-        from ..cluster.api import Api, ApiError, connect
+        from ..cluster.client import Api, ApiError, connect
 
         try:
             api = Api(connect(args.kubeconfig, args.context))
@@ -221,7 +221,7 @@ def _run_until_stopped(process: Any) -> int:
     """Run a long-lived process (`run`, `webhook`) until SIGTERM or SIGINT sets its `stop`."""
     import signal
 
-    from ..cluster.api import ApiError
+    from ..cluster.client import ApiError
     from ..webhook.host import UnsafeCertDir
 
     def stop(signum: int, _frame: object) -> None:
@@ -241,7 +241,7 @@ def _run_until_stopped(process: Any) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
 
     from .. import logs
-    from ..cluster.api import Api, ApiError, connect
+    from ..cluster.client import Api, ApiError, connect
     from ..engine.controller import Controller, Options
 
     logs.setup(args.log_format, args.log_level)
@@ -284,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_webhook(args: argparse.Namespace) -> int:
 
     from .. import logs
-    from ..cluster.api import Api, ApiError, connect
+    from ..cluster.client import Api, ApiError, connect
     from ..webhook.process import WebhookOptions, WebhookProcess
 
     logs.setup(args.log_format, args.log_level)
@@ -304,7 +304,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ..cluster.api import Api, ApiError, connect
+    from ..cluster.client import Api, ApiError, connect
     from .doctor import FAIL, checks
 
     try:

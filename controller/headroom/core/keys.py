@@ -31,6 +31,9 @@ PROFILE_PATH: Final = f"/apis/{API_VERSION}/{PROFILE_PLURAL}"
 PODS_PATH: Final = "/api/v1/pods"
 NODES_PATH: Final = "/api/v1/nodes"
 NAMESPACES_PATH: Final = "/api/v1/namespaces"
+LIMIT_RANGE_PATH: Final = "/api/v1/limitranges"
+QUOTA_PATH: Final = "/api/v1/resourcequotas"
+VPA_PATH: Final = "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers"
 
 # The gate that makes pod-level `spec.resources` resizable in place (KEP-5419).
 POD_LEVEL_RESIZE_FEATURE: Final = "InPlacePodLevelResourcesVerticalScaling"

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .quantity import QuantityError, cpu_milli, format_milli, whole_units
-from .records import APP, INIT, SIDECAR, Container, Pod, RecordError, _guarded, namespaced_name
+from .records import APP, INIT, SIDECAR, Container, Pod, RecordError, namespaced_name, record_reader
 
 LIMIT_RANGE_KIND = "LimitRange"
-LIMIT_RANGE_PATH = "/api/v1/limitranges"
 
 # --- the record -----------------------------------------------------------------------------
 
@@ -84,7 +83,7 @@ def _limit_range_from_dict(obj: Mapping[str, Any]) -> LimitRange:
     return LimitRange(ns, name, tuple(items))
 
 
-limit_range_from_dict: Callable[[Mapping[str, Any]], LimitRange] = _guarded(_limit_range_from_dict)
+limit_range_from_dict: Callable[[Mapping[str, Any]], LimitRange] = record_reader(_limit_range_from_dict)
 
 
 # --- LimitRanger's rules --------------------------------------------------------------------

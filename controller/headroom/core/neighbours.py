@@ -13,10 +13,9 @@ from typing import Any
 
 from .limitrange import LIMIT_RANGE_KIND, LimitRange
 from .quota import QUOTA_KIND, Quota
-from .records import INIT, Container, Pod, _guarded, namespaced_name
+from .records import INIT, Container, Pod, namespaced_name, record_reader
 
 VPA_KIND = "VerticalPodAutoscaler"
-VPA_PATH = "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers"
 # Each kind's table in `Neighbours`.
 TABLES = {VPA_KIND: "vpas", LIMIT_RANGE_KIND: "limit_ranges", QUOTA_KIND: "quotas"}
 
@@ -82,7 +81,7 @@ def _vpa_from_dict(obj: Mapping[str, Any]) -> Vpa:
         return Vpa(ns, name, ANY, ANY, False, ())
 
 
-vpa_from_dict: Callable[[Mapping[str, Any]], Vpa] = _guarded(_vpa_from_dict)
+vpa_from_dict: Callable[[Mapping[str, Any]], Vpa] = record_reader(_vpa_from_dict)
 
 _JOB_OF_CRONJOB = re.compile(r"^(?P<cronjob>.+)-\d+$")
 

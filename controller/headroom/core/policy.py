@@ -219,6 +219,12 @@ def fit_room(t: PodTarget, room: int, source: str, settings: Settings) -> PodTar
     return smaller
 
 
+def writes_now(t: PodTarget, settings: Settings) -> bool:
+    """Whether a pass writes this target's resize: one to apply, outside a dry run (which
+    counts it as would-apply and writes only the status annotation)."""
+    return t.apply and not settings.dry_run
+
+
 def write_order(t: PodTarget) -> tuple[bool, bool]:
     """Pods without a limit first (an unbounded pod matters most), then cuts, then raises:
     a node that shrank gives CPU back before anyone is promised more, and a quota gets its

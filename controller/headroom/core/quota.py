@@ -10,10 +10,9 @@ from typing import Any
 
 from .limitrange import Cap, pod_sum
 from .quantity import QuantityError, cpu_milli
-from .records import Pod, RecordError, _guarded, namespaced_name
+from .records import Pod, RecordError, namespaced_name, record_reader
 
 QUOTA_KIND = "ResourceQuota"
-QUOTA_PATH = "/api/v1/resourcequotas"
 
 # --- the record --------------------------------------------------------------------------
 
@@ -43,7 +42,7 @@ def _quota_from_dict(obj: Mapping[str, Any]) -> Quota:
     return Quota(ns, name, hard, used)
 
 
-quota_from_dict: Callable[[Mapping[str, Any]], Quota] = _guarded(_quota_from_dict)
+quota_from_dict: Callable[[Mapping[str, Any]], Quota] = record_reader(_quota_from_dict)
 
 
 # --- the budget -------------------------------------------------------------------

@@ -197,7 +197,11 @@ def namespaced_name(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta["name"])
 
 
-def _guarded(build: Any) -> Any:
+def record_reader(build: Any) -> Any:
+    """`build` (a raw object -> its record) made safe at the boundary: whatever a malformed
+    object makes it raise comes out as a RecordError naming the object; each kind's
+    `*_from_dict` is one of these."""
+
     def guarded(obj: Mapping[str, Any]) -> Any:
         try:
             return build(obj)
@@ -545,9 +549,9 @@ def _namespace_from_dict(obj: Mapping[str, Any]) -> Namespace:
     return Namespace(str(meta["name"]), meta.get("labels") or {})
 
 
-pod_from_dict: Callable[[Mapping[str, Any]], Pod] = _guarded(_pod_from_dict)
-node_from_dict: Callable[[Mapping[str, Any]], Node] = _guarded(_node_from_dict)
-namespace_from_dict: Callable[[Mapping[str, Any]], Namespace] = _guarded(_namespace_from_dict)
+pod_from_dict: Callable[[Mapping[str, Any]], Pod] = record_reader(_pod_from_dict)
+node_from_dict: Callable[[Mapping[str, Any]], Node] = record_reader(_node_from_dict)
+namespace_from_dict: Callable[[Mapping[str, Any]], Namespace] = record_reader(_namespace_from_dict)
 
 
 def applied_limits(pod: Pod) -> dict[str, int | None]:

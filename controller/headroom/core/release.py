@@ -100,21 +100,6 @@ def recorded(pod: Pod) -> dict[str, int | None] | None:
     return out
 
 
-def shown(pod: Pod) -> tuple[bool, str | None]:
-    """What the pod's status annotation shows: whether it is managed by Headroom, and the
-    reason it gives when it is not. No annotation: not managed; an unreadable one is ours,
-    so it shows managed (and is rewritten)."""
-    if pod.status_annotation is None:
-        return False, None
-    try:
-        data = orjson.loads(str(pod.status_annotation))
-    except orjson.JSONDecodeError:
-        return True, None
-    if not isinstance(data, dict):
-        return True, None
-    return data.get("managed") is not False, data.get("reason")
-
-
 def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
     """The resize that gives the pod its recorded limits back, or None and why not (an
     empty reason: nothing to do, the pod already has them)."""

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.api import Api
 from ..cluster.cache import ClusterCache, Stale
+from ..cluster.client import Api
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.handlers import Watches, WatchHandlers
 from ..cluster.lease import LeaderElector
+from ..cluster.loop import every
 from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
 from ..core import keys
 from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
@@ -114,7 +115,6 @@ class Controller:
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting
         self.status = StatusWriter(
-            api,
             self.writer,
             self.cache.custom_objects,
             lambda: self.config.resolution,
@@ -291,7 +291,10 @@ class Controller:
         self.watches.start()
         self.watches.follow_vpas(self.facts.vpa)
         threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
-        self._spawn("blocked-log", self._log_blocked)
+        self._spawn(
+            "blocked-log",
+            lambda: every(1.0, self.stop, self._log_blocked, "blocked-writes check", "health", self._error),
+        )
         if webhook is not None and webhook.certificate is not None:
             self._spawn("webhook-certificate", webhook.keep_certificate)
 
@@ -358,7 +361,7 @@ class Controller:
             self._first_pass = set(nodes)
         for name in nodes:
             self.queue.add(name)
-        self._spawn("status", self._status_loop)
+        self._spawn("status", lambda: every(0.5, self.stop, self._flush_status, "status update", "status", self._error))
         self._spawn("low-priority-writes", lambda: self.writer.lane.run(self.writer, self.stop))
         for i in range(self.options.workers):
             self.workers.append(self._spawn(f"worker-{i}", self._work))
@@ -371,28 +374,18 @@ class Controller:
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""
-        while not self.stop.wait(1.0):
-            try:
-                why = self.inputs_problem() if self.synced.is_set() else None
-                if why != self._blocked_logged:
-                    if why is None:
-                        log.info("view complete again: writes resume")
-                    else:
-                        log.warning("view incomplete: no pod is written", extra={"reason": why})
-                    self._blocked_logged = why
-                self.metrics.writes_blocked.set(0 if why is None else 1)
-            except Exception:
-                log.exception("blocked-writes check crashed")
-                self._error("health")
+        why = self.inputs_problem() if self.synced.is_set() else None
+        if why != self._blocked_logged:
+            if why is None:
+                log.info("view complete again: writes resume")
+            else:
+                log.warning("view incomplete: no pod is written", extra={"reason": why})
+            self._blocked_logged = why
+        self.metrics.writes_blocked.set(0 if why is None else 1)
 
-    def _status_loop(self) -> None:
-        while not self.stop.wait(0.5):
-            if self.leading():
-                try:
-                    self.status.flush()
-                except Exception:
-                    log.exception("status update failed")
-                    self._error("status")
+    def _flush_status(self) -> None:
+        if self.leading():
+            self.status.flush()
 
     def _took_facts(self, facts: ServerFacts) -> None:
         self.facts = facts

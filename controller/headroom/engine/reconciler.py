@@ -1,17 +1,16 @@
 """Reconcile one node: cache snapshot → eligibility and policy → writes → outcomes.
 
-Long because one pass is one concern with many edges, all decided here: resizes in write
-order under the node budget, in-flight writes, backoffs, dry runs, releases and restores,
-resizes the kubelet did not apply, status annotations, and the node's wave event."""
+One pass, with its edges decided here: resizes in write order under the node budget,
+in-flight writes, backoffs, dry runs, quota, releases and restores. What the pass hands on
+has a module each: the pod status annotation (annotations.py), the resend of resizes the
+kubelet never applied (unapplied.py), and the node's event per wave of resizes (waves.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-
-import orjson
+from dataclasses import dataclass, replace
 
 from ..cluster.cache import ClusterCache, NodeView
 from ..cluster.writer import (
@@ -23,20 +22,22 @@ from ..cluster.writer import (
     Outcome,
     WriteBlocked,
     Writer,
-    now_rfc3339,
 )
 from ..core import eligibility as elig
-from ..core import keys, release
+from ..core import release
 from ..core.neighbours import Neighbours
 from ..core.params import Settings
 from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of, plan_node
-from ..core.policy import PodTarget, outside_deadband, write_order
-from ..core.quantity import QuantityError, cpu_milli, format_milli
+from ..core.policy import PodTarget, write_order, writes_now
+from ..core.quantity import format_milli
 from ..core.quota import QuotaBudget
 from ..core.records import Node, Pod
+from .annotations import Annotations, annotation_due, shown
 from .backoff import PodBackoff
 from .config import ConfigState
 from .queue import NodeBusy
+from .unapplied import UNAPPLIED, Unapplied
+from .waves import Waves, change
 
 log = logging.getLogger("headroom.reconcile")
 
@@ -45,13 +46,6 @@ WOULD_APPLY = "would-apply"  # a dry run applies nothing: it counts what it woul
 CONFLICT_DELAY = 1.0  # a 409: the cache is behind; give the watch a moment to catch up
 CONFLICT_RETRIES = 2  # a 409 from a status-only change: the same resize again, on the new version
 BLOCKED_DELAY = 1.0  # the view is incomplete: look again shortly
-# A resize the kubelet observed but never applied (Pod.unapplied): how long the spec and
-# what the kubelet reports applied may disagree, with no resize in flight, before the
-# resize is sent again; and how often per pod. A real kubelet applies a CPU limit and
-# reports it within a second (docs/platform-notes.md).
-UNAPPLIED_GRACE = 10.0
-UNAPPLIED_RESENDS = 3
-UNAPPLIED = "unapplied"  # the PodTarget.bound of a resize that writes back what the kubelet applied
 
 
 @dataclass(slots=True)
@@ -71,88 +65,12 @@ class Result:
             self.requeue_after, self.hold = after, hold
 
 
-def status_annotation(plan: NodePlan, t: PodTarget) -> str:
-    s = plan.summary
-    return orjson.dumps(
-        {
-            "factor": f"{s.factor:.2f}",
-            "slack": f"{max(s.slack, 0)}m",
-            "managedRequests": f"{s.managed_requests}m",
-            "nodePods": sum(1 for p in plan.pods if not p.pod.terminal),
-            "target": f"{t.target}m",
-            "policy": keys.POLICY_NAME,
-            "pool": plan.settings.pool,
-            "dryRun": plan.settings.dry_run,
-            "computedAt": now_rfc3339(),
-        }
-    ).decode()
-
-
-def released_annotation(pod: Pod, reason: str, settings: Settings, note: str, written: PodTarget | None = None) -> str:
-    """What the status annotation says of a pod Headroom no longer manages (after `written`)."""
-    limit = release.current_limit(pod, written)
-    body = {
-        "managed": False,
-        "reason": reason,
-        "release": settings.release,
-        "limit": "none" if limit is None else format_milli(limit),
-        "policy": keys.POLICY_NAME,
-        "computedAt": now_rfc3339(),
-    }
-    if note:
-        body["note"] = note
-    return orjson.dumps(body).decode()
-
-
-def writes_now(t: PodTarget, settings: Settings) -> bool:
-    """Whether a pass writes this target's resize: one to apply, outside a dry run (which
-    counts it as would-apply and writes only the status annotation)."""
-    return t.apply and not settings.dry_run
-
-
-def annotation_due(pod: Pod, t: PodTarget, settings: Settings) -> bool:
-    """Write the status annotation when it is missing, its mode or pool changed, or the
-    target it shows is out of deadband — not on every factor wiggle."""
-    if pod.status_annotation is None:
-        return True
-    try:
-        shown = orjson.loads(pod.status_annotation)
-        shown_target = cpu_milli(shown["target"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, QuantityError):
-        return True
-    if shown.get("dryRun") != settings.dry_run or shown.get("pool") != settings.pool:
-        return True
-    return outside_deadband(shown_target, t.target, settings)
-
-
-def _change(pod: Pod, t: PodTarget) -> str:
-    if t.pod_level:
-        before = format_milli(t.pod_level_current) if t.pod_level_current is not None else "none"
-        return f"{before} → {format_milli(t.target)} (pod-level)"
-    current = [c.current for c in t.containers]
-    before = "none" if any(c is None for c in current) else format_milli(sum(c or 0 for c in current))
-    return f"{before} → {format_milli(sum(c.target for c in t.containers))}"
-
-
 class _Failed(Exception):
     """A write before the resize was refused: the resize is not sent."""
 
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(outcome.result)
         self.outcome = outcome
-
-
-WAVE_MAX = 30.0  # seconds: a node that never settles still reports its changes this often
-
-
-@dataclass(slots=True)
-class _Wave:
-    """The resizes written on one node since its last wave event."""
-
-    node: Node
-    started: float
-    changes: list[str] = field(default_factory=list)
-    tail: str = ""
 
 
 @dataclass(slots=True)
@@ -207,16 +125,23 @@ class Reconciler:
         self.writer = writer
         self.backoff = backoff
         self.hooks = hooks or Hooks()
-        self.annotate = annotate  # False: no kube-headroom.dev/status at all (very large clusters)
         self._clock = clock
         self._refused_seen: dict[str, int] = {}  # pod key -> refused generation already backed off
         self._warned: dict[str, str] = {}  # pod key -> warning already emitted
         self._unfinished: set[str] = set()  # nodes whose last pass ran out of node budget
         self._in_flight: dict[str, str] = {}  # pod key -> resourceVersion a written resize was sent on
-        self._waves: dict[str, _Wave] = {}  # node -> resizes not yet told in a node event
+        self.waves = Waves(writer, clock)  # resizes not yet told in a node event
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
-        self._unapplied_since: dict[str, float] = {}  # pod key -> when its spec and kubelet first disagreed
-        self._resent: dict[str, int] = {}  # pod key -> unapplied resizes sent again
+        self.unapplied = Unapplied(writer, self._first_warning, clock)
+        self.annotations = Annotations(
+            cache,
+            config,
+            writer,
+            lambda view, settings: self._plan_view(view, settings, self.backoff.active()),
+            self._in_flight,
+            lambda node, outcome: self.hooks.on_annotation_failed(node, outcome),
+            enabled=annotate,  # False: no kube-headroom.dev/status at all (very large clusters)
+        )
         # What the namespaces' limits.cpu quotas still admit.
         self.quota = QuotaBudget(cache.namespace_limits, cache.pod)
 
@@ -224,9 +149,15 @@ class Reconciler:
         """A deleted pod: drop what was remembered about it."""
         self._refused_seen.pop(pod_key, None)
         self._warned.pop(pod_key, None)
-        self._unapplied_since.pop(pod_key, None)
-        self._resent.pop(pod_key, None)
+        self.unapplied.forget(pod_key)
         self._in_flight.pop(pod_key, None)
+
+    def _first_warning(self, pod_key: str, why: str) -> bool:
+        """Whether `why` is new for this pod (then it is remembered): each warning once."""
+        if self._warned.get(pod_key) == why:
+            return False
+        self._warned[pod_key] = why
+        return True
 
     def resizes_waiting(self) -> bool:
         """Some node's decided resizes wait for its write budget (a wave is on)."""
@@ -239,25 +170,18 @@ class Reconciler:
     def node_gone(self, node: str) -> None:
         self._unfinished.discard(node)
         self._changed_at.pop(node, None)
-        self._waves.pop(node, None)
+        self.waves.forget(node)
 
     def reset(self) -> None:
         """A new term as leader: nothing kept from an earlier one is written."""
         self._unfinished.clear()
         self._in_flight.clear()
-        self._waves.clear()
+        self.waves.clear()
 
     def _settle(self, node: str) -> None:
-        """Send the node's one event for its wave once nothing more is due on the node (no
-        resizes waiting, no change since the last plan), or once the wave is WAVE_MAX old:
-        the pods of one rollout, landing a pass apart, make one event, not one each."""
-        wave = self._waves.get(node)
-        if wave is None:
-            return
-        settled = node not in self._unfinished and node not in self._changed_at
-        if settled or self._clock() - wave.started >= WAVE_MAX:
-            del self._waves[node]
-            self.writer.node_wave(wave.node, "CPULimitAdjusted", "adjusted", wave.changes, wave.tail)
+        """The node's wave event goes out once nothing more is due on it: no resizes
+        waiting, no change since the last plan."""
+        self.waves.settle(node, node not in self._unfinished and node not in self._changed_at)
 
     def reconcile(self, node_name: str) -> Result:
         view = self.cache.view(node_name)
@@ -309,7 +233,7 @@ class Reconciler:
         in_flight = self._in_flight
         for pod in pods:
             if pod.unapplied is None:
-                self._unapplied_since.pop(pod.key, None)
+                self.unapplied.agreed(pod.key)
             if in_flight:
                 sent_on = in_flight.get(key := pod.key)
                 if sent_on is not None and sent_on != pod.resource_version:
@@ -340,8 +264,7 @@ class Reconciler:
         would: list[str] = []
         annotate = False
         for pp in plan.pods:
-            if pp.warning and self._warned.get(pp.pod.key) != pp.warning:
-                self._warned[pp.pod.key] = pp.warning
+            if pp.warning and self._first_warning(pp.pod.key, pp.warning):
                 self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
             if in_flight and pp.pod.key in in_flight:
                 continue  # written; decided again once the watch brings it
@@ -356,18 +279,18 @@ class Reconciler:
                 steps.append(pp)  # its annotation follows its resize
                 continue
             if pp.pod.unapplied is not None and pp.reason == elig.MANAGED and not settings.dry_run:
-                resend = self._unapplied(pp, result)
+                resend = self.unapplied.resend(pp, result.retry_at)
                 if resend is not None:
                     steps.append(resend)
                     continue
             if t.apply:
                 self.hooks.on_outcome(WOULD_APPLY, True)
-                would.append(f"{pp.pod.key} {_change(pp.pod, t)}")
+                would.append(f"{pp.pod.key} {change(pp.pod, t)}")
             annotate = annotate or annotation_due(pp.pod, t, settings)
         if annotate:
-            self._annotate(node.name)
+            self.annotations.queue_node(node.name)
         if would:
-            self.writer.node_wave(node, "CPULimitAdjusted", "dry-run, not applied: would adjust", would, _tail(plan))
+            self.waves.would(plan, would)
         steps.sort(key=lambda pp: write_order(pp.target))  # type: ignore[arg-type]
         return _Steps(plan, steps, neighbours) if steps else None
 
@@ -394,72 +317,6 @@ class Reconciler:
                     ended.append(pod.key)
         return backing_off.difference(ended) if ended else backing_off
 
-    def due_annotations(self, node_name: str) -> tuple[tuple[Pod, str, str] | None, bool]:
-        """The next status annotation the node's pods need, decided afresh (the lane calls
-        this right before it writes one): (pod, value, the target it shows) of the first
-        managed pod that has its target (no resize waiting or in flight) and whose
-        annotation is missing or out of date, and whether another one is due after it.
-        (None, False) when the node is gone or its settings write nothing (invalid,
-        paused)."""
-        view = self.cache.view(node_name)
-        if view is None or not self.annotate or self.writer.blocked() is not None:
-            return None, False
-        settings = self.config.resolver.settings_for(view.node.labels)
-        if settings.blocked is not None or settings.paused:
-            return None, False
-        plan = self._plan_view(view, settings, self.backoff.active())
-        first = None
-        for pp in plan.pods:
-            t = pp.target
-            if t is None or writes_now(t, settings) or pp.pod.key in self._in_flight:
-                continue
-            if annotation_due(pp.pod, t, settings):
-                if first is not None:
-                    return first, True
-                first = (pp.pod, status_annotation(plan, t), format_milli(t.target))
-        return first, False
-
-    def _unapplied(self, pp: PodPlan, result: Result) -> PodPlan | None:
-        """A managed pod at its target whose kubelet reports other CPU limits applied, with
-        no resize in flight: once that has lasted UNAPPLIED_GRACE, the resize that writes
-        back what the kubelet applied (the kernel does not change), after which the target
-        is written again as a new resize the kubelet sees. None while waiting, when the
-        applied limits cannot be written back safely (release.container_limits_target: none,
-        below a request, or a QoS change), or once UNAPPLIED_RESENDS are spent (then a
-        Warning says so, once)."""
-        pod = pp.pod
-        assert pod.unapplied is not None
-        now = self._clock()
-        since = self._unapplied_since.setdefault(pod.key, now)
-        if now - since < UNAPPLIED_GRACE:
-            result.retry_at(since + UNAPPLIED_GRACE - now + 0.05)
-            return None
-        applied = {name: milli or None for name, milli in pod.unapplied}
-        back, refused = release.container_limits_target(
-            pod, applied, "applied limit", "the kubelet applied no CPU limit, and none can be written", UNAPPLIED
-        )
-        shown = ", ".join(f"{name} {format_milli(m) if m else 'none'}" for name, m in applied.items())
-        if back is None or self._resent.get(pod.key, 0) >= UNAPPLIED_RESENDS:
-            why = (
-                f"the kubelet reports CPU limits {shown} applied, not the spec's, and has no resize in "
-                f"progress; they cannot be written back to make it try again: {refused}"
-                if back is None
-                else f"the kubelet still reports CPU limits {shown} applied, not the spec's, after "
-                f"{UNAPPLIED_RESENDS} resizes sent again; look at the node's kubelet"
-            )
-            if self._warned.get(pod.key) != why:
-                self._warned[pod.key] = why
-                log.warning("resize not applied by the kubelet", extra={"pod": pod.key, "applied": shown})
-                self.writer.event(pod, "Warning", "CPULimitNotApplied", why, action="Compute")
-            return None
-        self._resent[pod.key] = self._resent.get(pod.key, 0) + 1
-        self._unapplied_since.pop(pod.key, None)
-        log.info(
-            "resize not applied by the kubelet; sending it again",
-            extra={"pod": pod.key, "applied": shown, "for_seconds": round(now - since, 1)},
-        )
-        return PodPlan(pod, pp.reason, back)
-
     def _release(self, plan: NodePlan, pp: PodPlan, neighbours: Neighbours) -> PodPlan | None:
         """A pod Headroom no longer manages: the resize that restores its recorded limit
         (spec.release: Restore), else queue the status annotation that says it is released."""
@@ -481,9 +338,9 @@ class Reconciler:
                     note = f"not restored: {why}"
                 elif note:
                     note = f"not restored: {note}"
-        managed, reason = release.shown(pod)
+        managed, reason = shown(pod)
         if pod.status_annotation is not None and (managed or reason != pp.reason):
-            self._annotate_released(plan, pod, pp.reason, note)
+            self.annotations.queue_released(plan, pod, pp.reason, note)
         return None
 
     def _resize(self, node_name: str, todo: _Steps, result: Result) -> None:
@@ -549,13 +406,13 @@ class Reconciler:
                 if outcome.result == APPLIED:
                     result.resizes += 1
                     self._in_flight[pod.key] = pod.resource_version
-                    changes.append(f"{pod.key} {_change(pod, target)} (decided by {target.bound})")
+                    changes.append(f"{pod.key} {change(pod, target)} (decided by {target.bound})")
                     log.info(
                         "cpu limit adjusted",
                         extra={
                             "pod": pod.key,
                             "node": node_name,
-                            "change": _change(pod, target),
+                            "change": change(pod, target),
                             "factor": round(plan.summary.factor, 2),
                             "reason": target.bound,
                         },
@@ -563,26 +420,23 @@ class Reconciler:
                     if target.bound == UNAPPLIED:
                         pass  # the target is written next, with its annotation
                     elif pp.reason == elig.MANAGED:
-                        self._annotate(node_name)
+                        self.annotations.queue_node(node_name)
                     else:
-                        self._annotate_released(
+                        self.annotations.queue_released(
                             plan, pod, pp.reason, "restored the limit it had before Headroom", target
                         )
                 elif self._handle_failure(pod, plan, outcome, result):
                     return
         finally:
             if changes:
-                wave = self._waves.setdefault(node_name, _Wave(plan.node, self._clock()))
-                wave.node, wave.tail = plan.node, _tail(plan)
-                wave.changes += changes
+                self.waves.add(plan, changes)
 
     def _held(self, pod: Pod, target: PodTarget, neighbours: Neighbours) -> None:
         quotas = neighbours.limits_quotas(pod.namespace)
         room = self.quota.room(pod.namespace, quotas)
         source = room.source if room is not None else "the quota"
         why = f"{source} has no room for this pod's raise to {format_milli(target.target)}; it waits for room"
-        if self._warned.get(pod.key) != why:
-            self._warned[pod.key] = why
+        if self._first_warning(pod.key, why):
             log.info(
                 "raise held by quota", extra={"pod": pod.key, "quota": source, "target": format_milli(target.target)}
             )
@@ -601,54 +455,6 @@ class Reconciler:
             raise _Failed(outcome)
         pp.pod = replace(pod, resource_version=version, original_limits=value)
         return pp.pod
-
-    def _annotate_released(
-        self, plan: NodePlan, pod: Pod, reason: str, note: str, written: PodTarget | None = None
-    ) -> None:
-        """Queue the annotation that says the pod is released. One lane item per pod, decided
-        now (its note says why a limit was or was not restored): pods leave management a
-        namespace or an exclusion at a time, not as a cluster's first wave."""
-        if not self.annotate:
-            return
-        value = released_annotation(pod, reason, plan.settings, note, written)
-        node, key, uid, settings = plan.node.name, pod.key, pod.uid, plan.settings
-
-        def still_wanted() -> bool:
-            """Right before sending: the pod is still there, and its node still runs on the
-            settings the annotation was decided under (a configuration that became dry-run,
-            paused or unusable meanwhile gets nothing from an earlier decision)."""
-            now, on = self.cache.pod(key), self.cache.nodes.get(node)
-            return (
-                now is not None
-                and now.uid == uid
-                and on is not None
-                and self.config.resolver.settings_for(on.labels) == settings
-            )
-
-        def on_outcome(outcome: Outcome) -> None:
-            self._annotation_outcome(node, key, f"released ({reason})", outcome)
-
-        self.writer.annotate(pod, value, still_wanted, on_outcome)
-
-    def _annotate(self, node: str) -> None:
-        """Queue the node's status annotations: decided when the lane sends them."""
-        if self.annotate:
-            self.writer.annotate_node(
-                node,
-                lambda: self.due_annotations(node),
-                lambda pod, shows, outcome: self._annotation_outcome(node, pod.key, shows, outcome),
-            )
-
-    def _annotation_outcome(self, node: str, key: str, shows: str, outcome: Outcome) -> None:
-        if outcome.result == APPLIED:
-            log.info("status annotation written", extra={"pod": key, "node": node, "target": shows})
-        elif outcome.result != GONE:
-            # Retried like a failed resize, so the annotation never stays wrong until a restart.
-            log.warning(
-                "status annotation not written; node will be retried",
-                extra={"pod": key, "result": outcome.result, "error": outcome.message},
-            )
-            self.hooks.on_annotation_failed(node, outcome)
 
     def _retry(self, outcome: Outcome, result: Result) -> bool:
         """A transient failure: stop this pass; True (the rest of the node waits)."""
@@ -704,8 +510,3 @@ class Reconciler:
             extra={"pod": pod.key, "node": plan.node.name, "result": outcome.result, "error": outcome.message},
         )
         return self._retry(outcome, result)
-
-
-def _tail(plan: NodePlan) -> str:
-    s = plan.summary
-    return f"node factor {s.factor:.2f} before caps, slack {format_milli(max(s.slack, 0))}/{format_milli(s.allocatable)} cores"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.resolve import FROZEN, LAST_VALID, Resolution
-from ..cluster.api import Api, ApiError
+from ..cluster.client import ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
 from ..core.eligibility import POOL_PAUSED
@@ -88,7 +88,6 @@ def _comparable(status: Mapping[str, Any] | None) -> dict[str, Any]:
 
 @dataclass
 class StatusWriter:
-    api: Api
     writer: Writer
     objects: Callable[[str], list[dict[str, Any]]]  # kind -> raw objects from the cache
     resolution: Callable[[], Resolution]  # which configuration runs, and what is wrong with it

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cluster.api import Api, ApiError
-from ..cluster.certs import CertManager
+from ..cluster.client import Api
+from ..cluster.loop import every
 from ..cluster.writer import NotLeader
+from .certs import CertManager
 from .server import Sources, WebhookServer
 
 log = logging.getLogger("headroom.controller")
@@ -129,27 +130,27 @@ class WebhookHost:
     def _serve_when_ready(self) -> None:
         """A managed Secret appears in the mounted directory only after the leader created
         it and the kubelet synced it."""
-        assert self.cert_dir is not None
+        cert_dir = self.cert_dir
+        assert cert_dir is not None
         said = False
-        stop = self.replica.stop
-        while not stop.is_set():
-            if (self.cert_dir / "tls.crt").is_file() and (self.cert_dir / "tls.key").is_file():
-                try:
-                    self.server = WebhookServer(
-                        self.port, self.cert_dir, self.sources, self.host, self.observe, self.reload_every
-                    ).start()
-                    log.info("webhook serving", extra={"port": self.port})
-                    return
-                except Exception:
-                    log.exception("webhook server failed to start; retrying")
-                    self.replica.on_error("webhook")
-            elif not said:
-                log.info("waiting for the webhook certificate files", extra={"dir": str(self.cert_dir)})
-                said = True
-            stop.wait(1.0)
+
+        def start() -> bool:
+            nonlocal said
+            if not ((cert_dir / "tls.crt").is_file() and (cert_dir / "tls.key").is_file()):
+                if not said:
+                    log.info("waiting for the webhook certificate files", extra={"dir": str(cert_dir)})
+                    said = True
+                return False
+            self.server = WebhookServer(
+                self.port, cert_dir, self.sources, self.host, self.observe, self.reload_every
+            ).start()
+            log.info("webhook serving", extra={"port": self.port})
+            return True
+
+        every(1.0, self.replica.stop, start, "webhook server start", "webhook", self.replica.on_error, first=0.0)
 
     def keep_certificate(self) -> None:
-        """The leader keeps the webhook certificate and the caBundle right (cluster/certs.py).
+        """The leader keeps the webhook certificate and the caBundle right (webhook/certs.py).
         A check reads the Secret and the webhook configuration (two GETs) and fixes what
         differs, whatever the order the user made them in: every `check_every` seconds, at
         once when this replica starts or stops leading, and every second while its own
@@ -159,10 +160,12 @@ class WebhookHost:
         manager = CertManager(self.api, c.namespace, c.secret, list(c.names), c.configuration)
         files, replica = self._own_files, self.replica
         due, was_leading = 0.0, None
-        while not replica.stop.wait(1.0 if was_leading is not None else 0.0):
+
+        def check() -> None:
+            nonlocal due, was_leading
             leading = replica.leading()
             if leading == was_leading and time.monotonic() < due:
-                continue
+                return
             was_leading, due = leading, time.monotonic() + c.check_every
             try:
                 if leading:
@@ -180,9 +183,5 @@ class WebhookHost:
             except UnsafeCertDir as exc:
                 log.error("webhook certificate not written", extra={"error": str(exc)})
                 replica.on_error("certificate")
-            except ApiError as exc:
-                log.warning("webhook certificate check failed; retrying", extra={"error": str(exc)})
-                replica.on_error("certificate")
-            except Exception:
-                log.exception("webhook certificate check crashed; retrying")
-                replica.on_error("certificate")
+
+        every(1.0, replica.stop, check, "webhook certificate check", "certificate", replica.on_error, first=0.0)

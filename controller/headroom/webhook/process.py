@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.resolve import Resolution, resolve
-from ..cluster.api import Api
 from ..cluster.cache import ClusterCache
+from ..cluster.client import Api
 from ..cluster.discovery import ServerFacts, discover
 from ..cluster.handlers import Watches, WatchHandlers
 from ..core import keys

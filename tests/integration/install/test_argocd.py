@@ -1,6 +1,6 @@
 """GitOps with the real Argo CD: its application controller and repo-server
 (tests/argocd/build.sh, v3.6) sync Headroom from a Git repository served on loopback, on
-the install cluster (tests/install_helpers.py), and judge its health with our health.lua.
+the install cluster (tests/helpers/install_helpers.py), and judge its health with our health.lua.
 
 What the test applies is examples/gitops/argocd/ as committed, with the changes a reader
 makes too: argocd-cm.yaml merged into `argocd-cm` as its comment says, `repoURL` pointed at
@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from chart import TOOLS
-from headroom.cluster.api import ApiError
+from headroom.cluster.client import ApiError
 from headroom.core.quantity import cpu_milli
-from install_helpers import KUBECTL, NS, ROOT, Cluster, headroom, installed_cluster, wait
+from helpers.chart import TOOLS
+from helpers.install_helpers import KUBECTL, NS, ROOT, Cluster, headroom, installed_cluster, wait
 from testbed.argocd import APPS, ArgoCD, build_argocd
 from testbed.git import GitServer, source_tree
 

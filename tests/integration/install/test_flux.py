@@ -1,6 +1,6 @@
 """GitOps with the real Flux: source-, kustomize- and helm-controller (tests/flux/build.sh)
 reconcile Headroom from a Git repository served on loopback, on the install cluster
-(tests/install_helpers.py). What the test applies is examples/gitops/flux/ as committed,
+(tests/helpers/install_helpers.py). What the test applies is examples/gitops/flux/ as committed,
 with one change a reader makes too: the GitRepository's URL, which points at
 git.example.com in the example and at the loopback server here. The image the HelmRelease
 installs is set by a commit, as the example's comment asks a user to do.
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from headroom.cluster.api import pod_path
-from install_helpers import KUBECTL, NS, ROOT, Cluster, installed_cluster, kubectl_run, limit, wait
+from headroom.cluster.client import pod_path
+from helpers.install_helpers import KUBECTL, NS, ROOT, Cluster, installed_cluster, kubectl_run, limit, wait
 from testbed.flux import Flux, build_flux
 from testbed.git import GitServer, source_tree
 

@@ -1,4 +1,4 @@
-"""The chart installed as a user installs it, on the install cluster (tests/install_helpers.py):
+"""The chart installed as a user installs it, on the install cluster (tests/helpers/install_helpers.py):
 the controller image built here (`make image`) in the real node's containerd, `helm install`
 and `kubectl` as typed, the controller in pods, the webhook called by the API server
 through its Service; then `headroom doctor` on it, a killed leader, an upgrade, an
@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from chart import CHART, HELM
-from cluster_helpers import K8S_VERSION, install_prometheus_operator_crds
-from headroom.cluster.api import Api, pod_path
-from headroom.cluster.certs import issue
+from headroom.cluster.client import Api, pod_path
 from headroom.core.quantity import cpu_milli
-from install_helpers import KUBECTL, LEASE, NS, Cluster, headroom, installed_cluster, kubectl_run, limit, wait
-from webhook_client import post_review
+from headroom.webhook.certs import issue
+from helpers.chart import CHART, HELM
+from helpers.cluster_helpers import K8S_VERSION, install_prometheus_operator_crds
+from helpers.install_helpers import KUBECTL, LEASE, NS, Cluster, headroom, installed_cluster, kubectl_run, limit, wait
+from helpers.webhook_client import post_review
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from cluster_helpers import bind_controller, install_crds, install_vpa_crd
-from headroom.cluster.api import Api
+from headroom.cluster.client import Api
 from headroom.core.quantity import cpu_milli, whole_units
+from helpers.cluster_helpers import bind_controller, install_crds, install_vpa_crd
 from testbed.controlplane import ControlPlane, build
 from testbed.node import CGROUP_V1, RealNode, build_node
 

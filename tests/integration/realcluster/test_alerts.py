@@ -19,11 +19,11 @@ from urllib.parse import urlencode
 
 from ruamel.yaml import YAML
 
-from chart import TOOLS
-from cluster_helpers import DRY_RUN, cpu_limits, headroom_cli, wait_refused
-from headroom.cluster.api import STRATEGIC_PATCH, Api, ApiError
+from headroom.cluster.client import STRATEGIC_PATCH, Api, ApiError
 from headroom.core.quantity import cpu_milli
-from realnode_helpers import firing, start_prometheus, wait_running
+from helpers.chart import TOOLS
+from helpers.cluster_helpers import DRY_RUN, cpu_limits, headroom_cli, wait_refused
+from helpers.realnode_helpers import firing, start_prometheus, wait_running
 from testbed.controlplane import free_port
 from testbed.node import RealNode, busy_pod
 from testbed.prometheus import PrometheusServer

@@ -12,10 +12,10 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from browser import rendered
-from cluster_helpers import headroom_cli, wait_limits
-from headroom.cluster.api import MERGE_PATCH
-from realnode_helpers import start_prometheus, wait_running
+from headroom.cluster.client import MERGE_PATCH
+from helpers.browser import rendered
+from helpers.cluster_helpers import headroom_cli, wait_limits
+from helpers.realnode_helpers import start_prometheus, wait_running
 from testbed.node import RealNode, busy_pod
 from testbed.prometheus import PrometheusServer
 

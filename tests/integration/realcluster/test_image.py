@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from chart import find, render
-from headroom.cluster.api import Api, pod_path
+from headroom.cluster.client import Api, pod_path
+from helpers.chart import find, render
 from testbed.controller_image import PYTHON, BuiltImage, build
 from testbed.node import RealNode
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from headroom.cluster.api import Api
+from headroom.cluster.client import Api
 from headroom.core.quantity import cpu_milli
 from testbed.latency import (
     HEADROOM,

@@ -12,10 +12,10 @@ import contextlib
 import subprocess
 import time
 
-from cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
-from headroom.cluster.api import ApiError, pod_path
+from headroom.cluster.client import ApiError, pod_path
 from headroom.core.quantity import cpu_milli
-from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota
+from helpers.cluster_helpers import GROUP, cpu_limits, profile, wait_for, wait_limits
+from helpers.realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota
 from testbed.node import busy_pod
 
 

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import GROUP, LEASE, cpu_limits, node_events, wait_for, wait_limits, wait_node_event
-from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.client import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
-from realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota, wait_running
+from helpers.cluster_helpers import GROUP, LEASE, cpu_limits, node_events, wait_for, wait_limits, wait_node_event
+from helpers.realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota, wait_running
 from testbed.node import RealNode, busy_pod
 
 
@@ -332,7 +332,7 @@ def test_vpas_are_matched_through_the_owner_chains_kubernetes_writes(
     """Pods made by the real controllers — Deployment → ReplicaSet → Pod, StatefulSet → Pod,
     Job → Pod, CronJob → Job → Pod — with a VerticalPodAutoscaler that sets limits on some
     of them: those are left to it, the others get their limits."""
-    from cluster_helpers import vpa
+    from helpers.cluster_helpers import vpa
 
     # The CronJobs first: the CronJob controller starts their Jobs at the next minute.
     _workload(api, namespace, "CronJob", "nightly")

@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from .api import STRATEGIC_PATCH, Api, ApiError
+from ..cluster.client import STRATEGIC_PATCH, Api, ApiError
 
 log = logging.getLogger("headroom.certs")
 

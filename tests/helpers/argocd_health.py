@@ -7,7 +7,7 @@ from typing import Any
 
 from lupa import lua51
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUSTOMIZATIONS = ROOT / "examples" / "gitops" / "argocd" / "resource_customizations" / "kube-headroom.dev"
 APPLICATION = CUSTOMIZATIONS.parent / "argoproj.io" / "Application" / "health.lua"
 KINDS = ("HeadroomConfig", "NodePoolProfile")

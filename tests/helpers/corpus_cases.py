@@ -8,7 +8,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-CORPUS = Path(__file__).parent / "corpus" / "invalid.yaml"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "invalid.yaml"
 
 
 def invalid_cases() -> list[tuple[str, str, Any]]:

@@ -12,15 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from factories import container, pod
-from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.client import Api, ApiError, pod_path
+from helpers.factories import container, pod
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/kube-headroom"  # the controller's, by default
 
 
 def _newest() -> str:
-    mod = (Path(__file__).resolve().parent / "testenv" / "go.mod").read_text()
+    mod = (Path(__file__).resolve().parents[1] / "testenv" / "go.mod").read_text()
     return next(line.split()[1] for line in mod.splitlines() if line.strip().startswith("k8s.io/kubernetes v"))
 
 
@@ -43,7 +43,7 @@ def headroom_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
 
 
@@ -227,7 +227,7 @@ def install_crds(api: Api) -> list[str]:
     from ruamel.yaml import YAML
 
     names = []
-    for path in sorted((Path(__file__).resolve().parents[1] / "crds").glob("*.yaml")):
+    for path in sorted((Path(__file__).resolve().parents[2] / "crds").glob("*.yaml")):
         crd = YAML(typ="safe").load(path.read_text())
         api.apply(crd, "headroom-tests")
         names.append(crd["metadata"]["name"])
@@ -263,7 +263,7 @@ def bind_controller(api: Api) -> str:
     """Bind the test identity `headroom-controller` to the chart's rendered ClusterRole and
     lease Role, and nothing else; its token. So the e2e tests prove the chart's RBAC is
     enough (and RBAC is enforced)."""
-    from chart import render
+    from helpers.chart import render
 
     user = [{"kind": "User", "name": "headroom-controller", "apiGroup": "rbac.authorization.k8s.io"}]
     for doc in render(namespace="default"):
@@ -284,7 +284,7 @@ def install_published_crd(api: Api, module: str, manifest: str, name: str) -> st
 
     found = subprocess.run(
         ["go", "mod", "download", "-json", module],
-        cwd=Path(__file__).resolve().parent / "crds-published",
+        cwd=Path(__file__).resolve().parents[1] / "crds-published",
         capture_output=True,
         text=True,
         check=True,

@@ -10,7 +10,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kube-headroom"
 TOOLS = ROOT / ".cache" / "tools"
 HELM = TOOLS / "bin" / "helm"

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chart import TOOLS, render
-from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.client import Api, ApiError, pod_path
+from helpers.chart import TOOLS, render
 from testbed.node import RealNode, busy_pod
 from testbed.prometheus import PrometheusServer
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.watch.watch import iter_resp_lines
 
-from headroom.cluster.api import object_path, split_lines
+from headroom.cluster.client import object_path, split_lines
 
 
 class _Stream:
@@ -48,8 +48,8 @@ def test_object_paths(obj, path):
 
 
 def test_credentials_are_read_once_per_window_and_again_after_a_401(tmp_path, monkeypatch):
-    from headroom.cluster import api as api_module
-    from headroom.cluster.api import Api, ApiError, connect
+    from headroom.cluster import client as client_module
+    from headroom.cluster.client import Api, ApiError, connect
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
@@ -76,11 +76,11 @@ def test_credentials_are_read_once_per_window_and_again_after_a_401(tmp_path, mo
     api.client.configuration.auth_settings = lambda: (asked.append(1), real())[1]
     api.client.call_api = lambda *a, **kw: (sent.append(kw["header_params"].get("authorization")), Answer())[1]
     clock = [1000.0]
-    monkeypatch.setattr(api_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(client_module.time, "monotonic", lambda: clock[0])
     for _ in range(5):
         api.get("/x")
     assert len(asked) == 1 and sent == ["Bearer first"] * 5  # once, not per request
-    clock[0] += api_module.AUTH_REFRESH + 1
+    clock[0] += client_module.AUTH_REFRESH + 1
     api.get("/x")
     assert len(asked) == 2  # the window passed: asked again (a rotated token is picked up)
     status[0] = 401

@@ -96,3 +96,13 @@ def namespace(name: str = "team", managed: bool = True, labels: dict[str, str] |
     if managed:
         lab["kube-headroom.dev/mode"] = "managed"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": lab}}
+
+
+class Clock:
+    """A clock that stands still until a test moves it (`clock.t += 5`)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t

@@ -20,15 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chart import TOOLS
-from cluster_helpers import headroom_cli
-from headroom.cluster.api import Api, ApiError, pod_path
+from headroom.cluster.client import Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli
+from helpers.chart import TOOLS
+from helpers.cluster_helpers import headroom_cli
 from testbed.controller_image import build as build_image
 from testbed.controlplane import ControlPlane, build
 from testbed.node import RealNode, build_node
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = TOOLS / "bin" / "kubectl"
 NS = "kube-headroom"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/headroom"
