@@ -4,9 +4,13 @@ the install cluster (tests/helpers/install_helpers.py), and judge its health wit
 
 What the test applies is examples/gitops/argocd/ as committed, with the changes a reader
 makes too: argocd-cm.yaml merged into `argocd-cm` as its comment says, `repoURL` pointed at
-the loopback repository (in a commit, for applications.yaml; in the copy applied by hand,
-for root.yaml) and the image the chart installs set in a commit. A team's Deployment,
-synced by an Application of its own, is the workload whose limits Headroom changes.
+the loopback repository (in a commit, for applications.yaml and project.yaml's sourceRepos;
+in the copy applied by hand, for root.yaml) and the image the chart installs set in a
+commit. Headroom's three Applications run in the locked-down AppProject of project.yaml,
+so a kind or name it does not list fails the sync. A team's Deployment, synced by an
+Application of its own (in the `default` project), is the workload whose limits Headroom
+changes. Argo CD's application controller runs as cluster admin, with
+`--persist-resource-health`.
 
 After each push the test asks for a refresh the way `argocd app get --refresh` does (the
 `argocd.argoproj.io/refresh` annotation) instead of waiting for Argo CD's 3-minute poll.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +41,30 @@ from testbed.git import GitServer, source_tree
 
 CONFIG = "examples/gitops/config/headroom.yaml"
 APPLICATIONS = "examples/gitops/argocd/applications.yaml"
+PROJECT = "examples/gitops/argocd/project.yaml"
 ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP = (
     "kube-headroom-apps", "kube-headroom-crds", "kube-headroom", "kube-headroom-config", "team-web",
 )  # fmt: skip
 HRC = "/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster"
 NPP = "/apis/kube-headroom.dev/v1alpha1/nodepoolprofiles"
+
+# A bare Pod in the team's Git folder that carries a CPU limit of its own.
+BARE = b"""apiVersion: v1
+kind: Pod
+metadata:
+  name: bare
+  namespace: team
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+    - name: bare
+      image: headroom.local/busybox:1
+      imagePullPolicy: Never
+      command: [sleep, "36000"]
+      resources:
+        requests: {cpu: 100m, memory: 16Mi}
+        limits: {cpu: 200m, memory: 64Mi}
+"""
 
 # The team's workload, from Git: one replica requesting 100m CPU and no CPU limit.
 TEAM_WEB = b"""apiVersion: apps/v1
@@ -150,35 +173,51 @@ class GitOps:
                 return r.get("health") or {}
         return {}
 
-    def all_synced(self, timeout: float = 60) -> tuple[list[Any], list[Any]]:
-        """A hard refresh of every Application (a fresh diff against the live objects),
-        then until each has been compared again and reads Synced (at most `timeout`):
-        (those that never did, with their conditions and drifting resources; every other
-        state seen meanwhile)."""
+    def steady(self, cycles: int, act: Callable[[int], None], timeout: float = 60) -> tuple[list[Any], int]:
+        """`cycles` times: `act(i)`, then a hard refresh of every Application (a fresh diff
+        against the live objects) waited until each has been compared again. Every
+        Application is read twice a second throughout: (each time one read other than
+        Synced, or had started a sync operation since the first cycle; how many reads).
+        Self-heal would fix a drift within a cycle, so a drift loop shows as a sync
+        operation even when no read catches the OutOfSync between."""
         names = (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP)
-        before = {n: ((self.app(n) or {}).get("status") or {}).get("reconciledAt", "") for n in names}
-        time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
-        self.refresh(*names, how="hard")
-        seen: list[Any] = []
-        deadline = time.monotonic() + timeout
-        left = list(names)
-        while left and time.monotonic() < deadline:
-            for n in list(left):
-                status = (self.app(n) or {}).get("status") or {}
-                sync = (status.get("sync") or {}).get("status", "")
-                if status.get("reconciledAt", "") <= before[n]:
-                    continue
-                if sync == "Synced":
-                    left.remove(n)
-                elif (n, sync) not in [x[:2] for x in seen]:
-                    seen.append((n, sync, [c.get("message") for c in status.get("conditions") or []]))
-            time.sleep(0.5)
-        never = []
-        for n in left:
-            status = (self.app(n) or {}).get("status") or {}
-            drift = [r for r in status.get("resources") or [] if r.get("status") != "Synced"]
-            never.append((n, (status.get("sync") or {}).get("status", ""), status.get("conditions"), drift))
-        return never, seen
+
+        def status(n: str) -> dict[str, Any]:
+            return (self.app(n) or {}).get("status") or {}
+
+        started = {n: (status(n).get("operationState") or {}).get("startedAt", "") for n in names}
+        bad: list[Any] = []
+        reads = 0
+
+        def look() -> list[str]:
+            nonlocal reads
+            compared = []
+            for n in names:
+                st = status(n)
+                reads += 1
+                sync = (st.get("sync") or {}).get("status", "")
+                op = st.get("operationState") or {}
+                if sync != "Synced":
+                    drift = [
+                        (r.get("kind"), r.get("name")) for r in st.get("resources") or [] if r.get("status") != "Synced"
+                    ]
+                    bad.append((n, sync, drift, [c.get("message") for c in st.get("conditions") or []]))
+                if op.get("startedAt", "") != started[n]:
+                    bad.append((n, "sync operation started", op.get("startedAt"), op.get("message")))
+                    started[n] = op.get("startedAt", "")
+                compared.append(st.get("reconciledAt", ""))
+            return compared
+
+        for i in range(cycles):
+            act(i)
+            before = look()
+            time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
+            self.refresh(*names, how="hard")
+            deadline = time.monotonic() + timeout
+            while any(now <= was for now, was in zip(look(), before, strict=True)):
+                assert time.monotonic() < deadline, f"not compared again within {timeout:.0f}s: {names}"
+                time.sleep(0.5)
+        return bad, reads
 
     def comparison_error(self, name: str) -> str:
         """The message of the Application's ComparisonError condition ('' without one)."""
@@ -206,6 +245,42 @@ def _web(c: Cluster) -> dict[str, Any] | None:
     pods = c.api.get("/api/v1/namespaces/team/pods", {"labelSelector": "app=web"})["items"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     return live[0] if len(live) == 1 else None
+
+
+def _limits(c: Cluster) -> dict[str, int]:
+    """Every live web pod's CPU limit in millicores (0: none)."""
+    pods = c.api.get("/api/v1/namespaces/team/pods", {"labelSelector": "app=web"})["items"]
+    out = {}
+    for p in pods:
+        if not p["metadata"].get("deletionTimestamp"):
+            limits = p["spec"]["containers"][0]["resources"].get("limits") or {}
+            out[p["metadata"]["name"]] = cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+    return out
+
+
+def _scaling_stays_synced(gitops: GitOps, alone: int) -> tuple[list[Any], int, list[str]]:
+    """Four refresh cycles while the team scales web to 3 replicas and back to 1, as an HPA
+    would (its Application ignores the replica count), and Headroom resizes the web pods on
+    every change: the three share the node's slack (each below `alone`), the one left gets
+    `alone` back. (what `GitOps.steady` found; its reads; the pods Headroom resized)."""
+    c = gitops.cluster
+    seen: dict[str, set[int]] = {}
+
+    def scale(i: int) -> None:
+        n = 3 if i % 2 == 0 else 1
+        c.run(KUBECTL, "scale", "deployment/web", "-n", "team", f"--replicas={n}")
+
+        def settled() -> bool:
+            limits = _limits(c)
+            for name, limit in limits.items():
+                seen.setdefault(name, set()).add(limit)
+            values = set(limits.values())
+            return len(limits) == n and len(values) == 1 and ((n == 1) == (values == {alone}))
+
+        wait(f"{n} web pod(s) at their fair limit", settled, timeout=120)
+
+    bad, reads = gitops.steady(4, scale)
+    return bad, reads, sorted(name for name, limits in seen.items() if len(limits) > 1)
 
 
 def _limit(c: Cluster) -> int | None:
@@ -250,7 +325,8 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     image = "repository: registry.example.com/platform/kube-headroom # the image you built (docs/install.md)"
     assert image in apps
     apps = apps.replace(image, "repository: headroom.local/kube-headroom\n          pullPolicy: Never")
-    gitops.git.commit("Our repository and image", {APPLICATIONS: apps.encode()})
+    project = gitops.git.read(PROJECT).replace(example, gitops.git.url)
+    gitops.git.commit("Our repository and image", {APPLICATIONS: apps.encode(), PROJECT: project.encode()})
     root = tmp_path / "root.yaml"
     root.write_text(gitops.git.read("examples/gitops/argocd/root.yaml").replace(example, gitops.git.url))
 
@@ -309,7 +385,12 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
             "project": "default",
             "source": {"repoURL": gitops.git.url, "targetRevision": "main", "path": "team"},
             "destination": {"server": "https://kubernetes.default.svc", "namespace": "team"},
-            "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
+            # The replica count is the team's (an HPA's, say), not Git's.
+            "ignoreDifferences": [{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}],
+            "syncPolicy": {
+                "automated": {"prune": True, "selfHeal": True},
+                "syncOptions": ["RespectIgnoreDifferences=true"],
+            },
         },
     }
     (tmp_path / "team.yaml").write_text(json.dumps(team_app))
@@ -329,14 +410,16 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     wait("the web pod's fair limit", lambda: _limit(c) == 1600, timeout=120)
     active_at = time.monotonic() - pushed
     gitops.healthy(CONFIG_APP)
+
+    # No endless OutOfSync: resized pods, defaulted CRD fields, the caBundle and the status
+    # Headroom writes are no drift. While Headroom resizes, no Application reads anything
+    # but Synced and none starts a sync (Argo CD's default diff here; server-side diff below).
+    default_bad, default_reads, default_resized = _scaling_stays_synced(gitops, 1600)
+    assert default_resized, "no web pod was resized while the team scaled: the check proved nothing"
+    assert not default_bad, default_bad
     web = _web(c)
     assert web is not None
     written = int(web["metadata"]["generation"])
-
-    # No endless OutOfSync: resized pods, defaulted CRD fields and the status Headroom
-    # writes are no drift (Argo CD's default diff here; server-side diff below).
-    default_diff, default_seen = gitops.all_synced()
-    assert not default_diff, default_diff
 
     # A profile the API server refuses: the sync fails with the server's message (Argo CD
     # retries it), and the refused object is not changed.
@@ -351,10 +434,11 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
 
     # A profile the API server takes and the controller refuses (merged with the global
     # deadband its shrink exceeds its grow): Stalled, so the Application turns Degraded
-    # with the controller's message; no pod is written with it.
+    # with the controller's message; no pod is written with it. Its multiplier would cut
+    # the web pod to 200m if any of it were used.
     sha, pushed = gitops.push(
-        "batch: a tight deadband",
-        {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 0\n  deadband: {grow: 0.02}\n")},
+        "batch: a tight deadband, a multiplier of 2",
+        {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 2\n  deadband: {grow: 0.02}\n")},
     )
     assert gitops.synced(CONFIG_APP, sha)["phase"] == "Succeeded"  # not held behind the refused one
     after_refusal = time.monotonic() - pushed
@@ -366,6 +450,15 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     ), (stalled, judged, degraded)  # fmt: skip
     web = _web(c)
     assert web is not None and int(web["metadata"]["generation"]) == written and _limit(c) == 1600
+    # And when the node is recomputed under it (the team adds a replica: the two share the
+    # slack), the last valid profile runs: 800m each, where the refused one would give 200m.
+    c.run(KUBECTL, "scale", "deployment/web", "-n", "team", "--replicas=2")
+    shared = wait(
+        "two web pods at one limit", lambda: len(set((lim := _limits(c)).values())) == 1 and len(lim) == 2 and lim
+    )
+    assert set(shared.values()) == {800}, shared
+    c.run(KUBECTL, "scale", "deployment/web", "-n", "team", "--replicas=1")
+    wait("the web pod back at its fair limit", lambda: _limit(c) == 1600, timeout=120)
 
     # Reverted: Healthy again.
     sha, _ = gitops.push("Revert the deadband", {CONFIG: good})
@@ -397,8 +490,9 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):
         c.run(KUBECTL, "annotate", "--overwrite", "-n", "argocd", f"application/{name}",
               "argocd.argoproj.io/compare-options=ServerSideDiff=true")  # fmt: skip
-    server_diff, server_seen = gitops.all_synced()
-    assert not server_diff, server_diff
+    server_bad, server_reads, server_resized = _scaling_stays_synced(gitops, 1000)
+    assert server_resized, "no web pod was resized while the team scaled: the check proved nothing"
+    assert not server_bad, server_bad
     # A change to a live object that the CRD refuses: the server's dry run is the
     # comparison, so Argo CD cannot compare (sync Unknown, a ComparisonError with the
     # server's message) and syncs nothing.
@@ -422,6 +516,44 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     )
     for name in (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP):  # back to the default diff
         c.run(KUBECTL, "annotate", "-n", "argocd", f"application/{name}", "argocd.argoproj.io/compare-options-")
+
+    # A bare Pod in Git with a CPU limit of its own: Headroom manages it like any pod, so its
+    # live limit leaves Git's. Argo CD reads the Pod OutOfSync and self-heal writes Git's
+    # limit back, which the API server refuses (a pod's resources change only through the
+    # resize subresource): the sync fails and is tried again, holding newer commits of that
+    # Application, while the pod keeps Headroom's limit.
+    sha, _ = gitops.push("team: a bare pod with a CPU limit", {"team/bare.yaml": BARE}, TEAM_APP)
+
+    def bare_limit() -> int | None:
+        try:
+            pod = api.get("/api/v1/namespaces/team/pods/bare")
+        except ApiError:
+            return None
+        return cpu_milli(pod["spec"]["containers"][0]["resources"]["limits"]["cpu"])
+
+    raised = wait("the bare pod's limit changed by Headroom", lambda: (bare_limit() or 200) != 200 and bare_limit())
+
+    def refused_by_the_server() -> str | None:
+        st = (gitops.app(TEAM_APP) or {}).get("status") or {}
+        message = (st.get("operationState") or {}).get("message") or ""
+        drift = [(r.get("kind"), r.get("name")) for r in st.get("resources") or [] if r.get("status") != "Synced"]
+        ok = (st.get("sync") or {}).get("status") == "OutOfSync" and drift == [("Pod", "bare")]
+        return message if ok and "pod updates may not change fields" in message else None
+
+    bare_refused = gitops.wait(TEAM_APP, "self-heal refused on the bare pod", refused_by_the_server, 120)
+    assert bare_limit() == raised  # Headroom's limit stands: Git's was never written back
+    # The remedy docs/gitops.md gives: the Application ignores Pods' CPU limits (with
+    # RespectIgnoreDifferences, already on for the replica count), and the failing sync ends.
+    ignore = {"group": "", "kind": "Pod", "jqPathExpressions": [".spec.containers[].resources.limits.cpu"]}
+    team_app["spec"]["ignoreDifferences"].append(ignore)  # type: ignore[index]
+    (tmp_path / "team.yaml").write_text(json.dumps(team_app))
+    c.run(KUBECTL, "apply", "-f", str(tmp_path / "team.yaml"))
+    c.run(KUBECTL, "patch", "-n", "argocd", f"application/{TEAM_APP}", "--type", "merge",
+          "-p", json.dumps({"status": {"operationState": {"phase": "Terminating"}}}))  # fmt: skip  # argocd app terminate-op
+    gitops.refresh(TEAM_APP, how="hard")
+    gitops.wait(TEAM_APP, "Synced, the pod's limit ignored", lambda: gitops.state(TEAM_APP)[0] == "Synced", 120)
+    sha, _ = gitops.push("team: no bare pod", {"team/bare.yaml": None}, TEAM_APP)
+    wait("the bare pod pruned", lambda: bare_limit() is None, timeout=120)
 
     # The controller stopped, as a platform team does it in an incident: automated sync of
     # the chart's Application turned off in Git (self-heal alone is not enough: in a
@@ -467,5 +599,7 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
     print(f"controller refuses: {degraded[1]}: {degraded[2]}")
     print(f"controller stopped: Progressing for 10 s: {waiting}")
     print(f"server-side diff, a refused change to a live object: ComparisonError: {compared}")
-    print(f"other sync states seen after a hard refresh: default diff {default_seen or 'none'}; "
-          f"server-side diff {server_seen or 'none'}")  # fmt: skip
+    print(f"a bare pod with 200m in Git, raised to {raised}m by Headroom: OutOfSync, self-heal refused: {bare_refused}")
+    print(f"scaling web 1 -> 3 -> 1 twice, 4 hard refreshes: default diff {default_reads} reads, all Synced, no "
+          f"sync started, {len(default_resized)} pod(s) resized; server-side diff {server_reads} reads, all "
+          f"Synced, no sync started, {len(server_resized)} pod(s) resized")  # fmt: skip
