@@ -50,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from headroom.core.quantity import cpu_milli  # noqa: E402
 from helpers.cluster_helpers import apply_config, bind_controller, install_crds  # noqa: E402
 from testbed.controlplane import ControlPlane, build  # noqa: E402
 from testbed.latency import (  # noqa: E402
@@ -124,20 +125,16 @@ def burst_rows() -> list[Row]:
     ]
 
 
-def _ms(value: float) -> str:
-    return f"{value:.1f}"
-
-
 def _latency(rs: list[Run], key: str) -> str:
     """Median (min–max) over the repeats; a saturated one says so instead of a number."""
     if any(r.saturated(key) for r in rs):
         return f"≥ {TIMEOUT_S:g} s (saturated)"
     values = [float(r.latency[key]) for r in rs]
-    return _spread(values, _ms)
+    return _spread(values) + " ms"
 
 
-def _spread(values: list[float], fmt: object = "{:.1f}") -> str:
-    show = fmt if callable(fmt) else str(fmt).format
+def _spread(values: list[float], fmt: str = "{:.1f}") -> str:
+    show = fmt.format
     if not values:
         return "-"
     med = statistics.median(values)
@@ -168,7 +165,7 @@ def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: flo
                 lag = max(float(r.latency.get("late_ms", 0)) for r in rs)
                 print(
                     f"{row.name} — {policy} — {load:.0%} ({rs[0].rate:.0f}/s): p50 {_latency(rs, 'p50_ms')}, "
-                    f"p99 {_latency(rs, 'p99_ms')}, p99.9 {_latency(rs, 'p999_ms')} ms; timeouts "
+                    f"p99 {_latency(rs, 'p99_ms')}, p99.9 {_latency(rs, 'p999_ms')}; timeouts "
                     f"{_spread(timeouts, '{:.0f}')}, other errors {_spread(others, '{:.0f}')}; generator lag ≤ "
                     f"{lag:.0f} ms{' (it fell behind)' if lag > 50 else ''}; host busy "
                     f"{_spread([r.busy * 100 for r in rs], '{:.0f}')} %, steal {_spread([r.steal * 100 for r in rs], '{:.1f}')} %"
@@ -204,7 +201,7 @@ def _runs(scenarios: Scenarios, node: RealNode, row: Row, rep: int, capacity: fl
         ns, ids = scenarios.setup(policy, row.scenario)
         try:
             if row.burst:
-                request_milli = int(row.scenario.svc_request.rstrip("m"))
+                request_milli = cpu_milli(row.scenario.svc_request)
                 scenarios.set_burst(ids["svc"], int(request_milli / 1000 * PERIOD_S * 1_000_000))
             for load in row.loads:
                 yield scenarios.run(ns, ids, policy, row.name, load, load * capacity, seconds, _variant(row))
@@ -266,9 +263,8 @@ def main() -> None:
                 for run in _runs(scenarios, node, row, rep, capacity, args.seconds):
                     runs.append(run)
                     lat = run.latency
-                    p99 = "≥ 2 s (saturated)" if run.saturated("p99_ms") else f"{lat['p99_ms']:.1f} ms"
                     print(
-                        f"  repeat {rep + 1}: {row.name} — {run.policy} at {run.load:.0%}: p99 {p99}, "
+                        f"  repeat {rep + 1}: {row.name} — {run.policy} at {run.load:.0%}: p99 {_latency([run], 'p99_ms')}, "
                         f"{lat['timeouts']} timeouts, svc limit {run.pods['svc'].limit}",
                         flush=True,
                     )

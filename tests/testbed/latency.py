@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headroom.api.models import settings_from
 from headroom.cluster.client import Api, ApiError
 from headroom.core import keys
+from headroom.core.policy import outside_deadband
 from headroom.core.quantity import cpu_milli
 
 from .controlplane import build_quietly
@@ -40,6 +42,7 @@ PERIOD_S = 0.1  # the kubelet's CFS period
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs: never through a proxy
 
 SERVICE = ("svc", "250m", "500m")  # (name, request, static limit)
+DEFAULTS = settings_from(None)  # the deadbands of the HeadroomConfig the scenarios run under (defaults)
 TIMEOUT_S = 2.0  # a request slower than this is a timeout, not a latency
 
 
@@ -79,6 +82,11 @@ SVC_BATCH = Scenario("svc + batch")
 # The runaway alone beside a lightly loaded service on an otherwise idle node: nothing but
 # its own limit can hold it (claim b).
 REACH = Scenario("runaway's reach", (RUNAWAY,))
+
+
+def _limit_of(pod: dict[str, Any]) -> str:
+    """The pod's (one container's) CPU limit as written, or "none"."""
+    return str(((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("cpu", "none"))
 
 
 def build_latency() -> Path:
@@ -216,23 +224,22 @@ class Scenarios:
 
     def _wait_headroom(self, ns: str, ids: dict[str, str], timeout: float = 60) -> None:
         """Until Headroom has decided on every pod (its status annotation names a target),
-        each pod's limit is that target or within the deadband of it (a raise of under 10 %
-        is not written), and each cgroup holds the pod's limit."""
+        each pod's limit is that target or within the deadband of it (a change inside it is
+        not written: the controller's own rule, with the default HeadroomConfig the
+        scenarios run under), and each cgroup holds the pod's limit."""
         deadline = time.monotonic() + timeout
         while True:
             done = True
             for name, cid in ids.items():
                 pod = self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-                limit = str(
-                    ((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("cpu", "none")
-                )
+                limit = _limit_of(pod)
                 shown = (pod["metadata"].get("annotations") or {}).get(keys.STATUS_KEY)
                 counters = self.node.counters(cid)
                 if shown is None or limit == "none" or counters is None or counters.quota_us != cpu_milli(limit) * 100:
                     done = False
                     continue
-                target, have = cpu_milli(json.loads(shown)["target"]), cpu_milli(limit)
-                done = done and abs(target - have) <= 0.1 * have
+                target = cpu_milli(json.loads(shown)["target"])
+                done = done and not outside_deadband(cpu_milli(limit), target, DEFAULTS)
             if done:
                 return
             if time.monotonic() > deadline:
@@ -240,8 +247,7 @@ class Scenarios:
             time.sleep(0.2)
 
     def limit(self, ns: str, name: str) -> str:
-        pod = self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-        return str(((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("cpu", "none"))
+        return _limit_of(self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}"))
 
     def _url(self, ns: str, path: str = "/") -> str:
         ip = self.api.get(f"/api/v1/namespaces/{ns}/pods/{SERVICE[0]}")["status"].get("podIP")

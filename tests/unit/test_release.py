@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headroom.core import release
-from headroom.core.records import pod_from_dict
+from headroom.core.records import Pod, pod_from_dict
 from helpers.factories import container, pod
 
 
@@ -55,24 +55,20 @@ def test_a_tampered_record_is_never_trusted_and_never_raises(value):
 def test_a_pod_level_restore_never_makes_the_pod_guaranteed():
     """Pod-level memory pinned and a recorded pod-level CPU limit equal to the request:
     giving it back would turn the pod Guaranteed, which a resize may not do."""
-    pinned = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
-    p = pod_from_dict(
-        pod(
-            containers=[container(cpu=None, mem=None, mem_limit=None)],
-            pod_resources=pinned,
-            annotations={"kube-headroom.dev/original-cpu-limits": '{"(pod)":"500m"}'},
+
+    def recorded_at_request(resources: dict) -> Pod:
+        return pod_from_dict(
+            pod(
+                containers=[container(cpu=None, mem=None, mem_limit=None)],
+                pod_resources=resources,
+                annotations={"kube-headroom.dev/original-cpu-limits": '{"(pod)":"500m"}'},
+            )
         )
-    )
-    t, why = release.restore_target(p)
+
+    pinned = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    t, why = release.restore_target(recorded_at_request(pinned))
     assert t is None and "QoS" in why
     # with memory not pinned the same record is restored
     loose = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}}
-    q = pod_from_dict(
-        pod(
-            containers=[container(cpu=None, mem=None, mem_limit=None)],
-            pod_resources=loose,
-            annotations={"kube-headroom.dev/original-cpu-limits": '{"(pod)":"500m"}'},
-        )
-    )
-    t, _ = release.restore_target(q)
+    t, _ = release.restore_target(recorded_at_request(loose))
     assert t is not None and t.target == 500

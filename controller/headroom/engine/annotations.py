@@ -82,11 +82,11 @@ def annotation_due(pod: Pod, t: PodTarget, settings: Settings) -> bool:
     if pod.status_annotation is None:
         return True
     try:
-        shown = orjson.loads(pod.status_annotation)
-        shown_target = cpu_milli(shown["target"])
+        data = orjson.loads(pod.status_annotation)
+        shown_target = cpu_milli(data["target"])
     except (orjson.JSONDecodeError, KeyError, TypeError, QuantityError):
         return True
-    if shown.get("dryRun") != settings.dry_run or shown.get("pool") != settings.pool:
+    if data.get("dryRun") != settings.dry_run or data.get("pool") != settings.pool:
         return True
     return outside_deadband(shown_target, t.target, settings)
 

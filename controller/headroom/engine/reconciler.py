@@ -406,13 +406,14 @@ class Reconciler:
                 if outcome.result == APPLIED:
                     result.resizes += 1
                     self._in_flight[pod.key] = pod.resource_version
-                    changes.append(f"{pod.key} {change(pod, target)} (decided by {target.bound})")
+                    line = change(pod, target)
+                    changes.append(f"{pod.key} {line} (decided by {target.bound})")
                     log.info(
                         "cpu limit adjusted",
                         extra={
                             "pod": pod.key,
                             "node": node_name,
-                            "change": change(pod, target),
+                            "change": line,
                             "factor": round(plan.summary.factor, 2),
                             "reason": target.bound,
                         },
