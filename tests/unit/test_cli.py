@@ -226,7 +226,7 @@ def test_validate_checks_profiles_merged_with_the_config_in_the_same_run(tmp_pat
     ],
 )
 def test_boolean_flags_take_the_forms_kubernetes_components_take(flags, expected):
-    from headroom.commands.cli import parser
+    from headroom.commands.arguments import parser
 
     assert parser().parse_args(["run", *flags]).leader_elect is expected
 
@@ -238,7 +238,7 @@ def test_a_boolean_flag_with_a_wrong_value_says_what_to_write():
 
 def test_every_run_flag_is_documented_in_operations():
     """docs/operations.md lists every flag of `headroom run` (the parser is the source)."""
-    from headroom.commands.cli import parser
+    from headroom.commands.arguments import parser
 
     run = next(a for a in parser()._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]  # type: ignore[union-attr]
     flags = {o for action in run._actions for o in action.option_strings if o.startswith("--") and o != "--help"}
