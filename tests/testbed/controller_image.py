@@ -6,7 +6,7 @@ its dependencies installed, user 65532, entrypoint `headroom`, command `run`), m
 - a root filesystem of Debian's `python3.11-minimal`, `libpython3.11-stdlib` and `libstdc++6` and their
   dependencies, unpacked by `mmdebstrap --variant=extract` (no package scripts run, no
   shell, no package manager, no compiler in the image);
-- the project's wheel and its dependencies' binary wheels for CPython 3.11 on manylinux,
+- the project's wheel (built from its sdist) and its dependencies' binary wheels for CPython 3.11 on manylinux,
   installed by pip into `/usr/local/lib/python3.11/dist-packages` (on Debian's sys.path);
 - one gzip-compressed layer written by `images.write_image`: fixed times, owners and
   order, so the same inputs (the Debian packages and wheels of the day) give the same
@@ -156,7 +156,9 @@ def build(out: Path, repo: Path) -> BuiltImage:
     try:
         rootfs, wheels, site = work / "rootfs", work / "wheel", work / "site"
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-        _run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(repo)], "building the wheel")
+        # The sdist first, then the wheel from it, as a release is built: never from the
+        # git-ignored build/ of the checkout, where modules renamed or removed linger.
+        _run([sys.executable, "-m", "build", "--outdir", str(wheels), str(repo)], "building the wheel")
         wheel = next(wheels.glob("*.whl"))
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         target = ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--target", str(site)]

@@ -20,7 +20,7 @@ import pytest
 
 from headroom.cluster.client import Api, pod_path
 from helpers.chart import find, render
-from testbed.controller_image import PYTHON, BuiltImage, build
+from testbed.controller_image import PYTHON, SITE, BuiltImage, build
 from testbed.node import RealNode
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -74,6 +74,13 @@ def test_the_image_is_reproducible_and_small(image: BuiltImage, tmp_path: Path) 
         "usr/local/bin/kubectl-headroom",
     }
     assert not [p for p in paths if p.endswith("/pip") or "/__pycache__/" in p]
+    # The package is the checkout's sources, nothing more: no module renamed or removed since
+    # lingers from the git-ignored build/ directory of an earlier build.
+    tracked = subprocess.run(["git", "ls-files", "headroom"], cwd=ROOT / "controller", capture_output=True, text=True)
+    assert tracked.returncode == 0, tracked.stderr
+    assert {p for p in paths if p.startswith(f"{SITE}/headroom/") and p.endswith(".py")} == {
+        f"{SITE}/{path}" for path in tracked.stdout.split()
+    }
 
 
 def test_the_image_and_the_dockerfile_describe_the_same_container(image: BuiltImage) -> None:
