@@ -236,6 +236,15 @@ def test_a_boolean_flag_with_a_wrong_value_says_what_to_write():
     assert r.returncode == 2 and "'maybe' is not a boolean; use true or false" in r.stderr
 
 
+def test_every_subcommand_the_parser_takes_has_what_it_does():
+    """The grammar (arguments) and the actions (cli) are two modules: a subcommand added to
+    one and not the other is caught here, not by a user's KeyError."""
+    from headroom.commands.arguments import parser
+    from headroom.commands.cli import COMMANDS
+
+    assert set(parser()._subparsers._group_actions[0].choices) == set(COMMANDS)  # type: ignore[union-attr]
+
+
 def test_every_run_flag_is_documented_in_operations():
     """docs/operations.md lists every flag of `headroom run` (the parser is the source)."""
     from headroom.commands.arguments import parser
