@@ -155,9 +155,14 @@ def kubectl_run(cluster: Cluster, name: str, *args: str) -> str:
     )  # fmt: skip
 
 
-def limit(api: Api, ns: str, name: str) -> int:
-    limits = api.get(pod_path(ns, name))["spec"]["containers"][0]["resources"].get("limits") or {}
+def pod_limit(pod: dict[str, Any]) -> int:
+    """The CPU limit of the pod's first container in millicores (0: none)."""
+    limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
     return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+
+
+def limit(api: Api, ns: str, name: str) -> int:
+    return pod_limit(api.get(pod_path(ns, name)))
 
 
 def headroom(cluster: Cluster, command: str, *args: str) -> subprocess.CompletedProcess[str]:

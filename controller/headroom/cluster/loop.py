@@ -23,9 +23,10 @@ def every(
     first: float | None = None,
 ) -> None:
     """Run `step` every `seconds` until `stop` is set or it returns True (done), the first
-    time after `first` seconds (default: `seconds`). A failure never ends the loop: the API server's refusal is logged
-    as "<what> failed; retrying", anything else with its traceback as "<what> crashed;
-    retrying", and either is counted as an error of `component` (headroom_errors_total)."""
+    time after `first` seconds (default: `seconds`). A failure never ends the loop: the API
+    server's refusal is logged as "<what> failed; retrying", anything else with its
+    traceback as "<what> crashed; retrying", and either is counted as an error of
+    `component` (headroom_errors_total)."""
     wait = seconds if first is None else first
     while not stop.wait(wait):
         wait = seconds

@@ -418,10 +418,9 @@ class Reconciler:
                             "reason": target.bound,
                         },
                     )
-                    if target.bound == UNAPPLIED:
-                        pass  # the target is written next, with its annotation
-                    elif pp.reason == elig.MANAGED:
-                        self.annotations.queue_node(node_name)
+                    if pp.reason == elig.MANAGED:
+                        if target.bound != UNAPPLIED:  # after a resend, the target comes next
+                            self.annotations.queue_node(node_name)
                     else:
                         self.annotations.queue_released(
                             plan, pod, pp.reason, "restored the limit it had before Headroom", target

@@ -33,9 +33,8 @@ from typing import Any
 import pytest
 
 from headroom.cluster.client import ApiError
-from headroom.core.quantity import cpu_milli
 from helpers.chart import TOOLS
-from helpers.install_helpers import KUBECTL, NS, ROOT, Cluster, headroom, installed_cluster, wait
+from helpers.install_helpers import KUBECTL, NS, ROOT, Cluster, headroom, installed_cluster, limit, pod_limit, wait
 from testbed.argocd import APPS, ArgoCD, build_argocd
 from testbed.git import GitServer, source_tree
 
@@ -198,10 +197,7 @@ class GitOps:
                 sync = (st.get("sync") or {}).get("status", "")
                 op = st.get("operationState") or {}
                 if sync != "Synced":
-                    drift = [
-                        (r.get("kind"), r.get("name")) for r in st.get("resources") or [] if r.get("status") != "Synced"
-                    ]
-                    bad.append((n, sync, drift, [c.get("message") for c in st.get("conditions") or []]))
+                    bad.append((n, sync, _drift(st), [c.get("message") for c in st.get("conditions") or []]))
                 if op.get("startedAt", "") != started[n]:
                     bad.append((n, "sync operation started", op.get("startedAt"), op.get("message")))
                     started[n] = op.get("startedAt", "")
@@ -241,21 +237,24 @@ def gitops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitOps]:
             git.stop()
 
 
-def _web(c: Cluster) -> dict[str, Any] | None:
+def _live_web(c: Cluster) -> list[dict[str, Any]]:
     pods = c.api.get("/api/v1/namespaces/team/pods", {"labelSelector": "app=web"})["items"]
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _web(c: Cluster) -> dict[str, Any] | None:
+    live = _live_web(c)
     return live[0] if len(live) == 1 else None
 
 
 def _limits(c: Cluster) -> dict[str, int]:
     """Every live web pod's CPU limit in millicores (0: none)."""
-    pods = c.api.get("/api/v1/namespaces/team/pods", {"labelSelector": "app=web"})["items"]
-    out = {}
-    for p in pods:
-        if not p["metadata"].get("deletionTimestamp"):
-            limits = p["spec"]["containers"][0]["resources"].get("limits") or {}
-            out[p["metadata"]["name"]] = cpu_milli(limits["cpu"]) if "cpu" in limits else 0
-    return out
+    return {p["metadata"]["name"]: pod_limit(p) for p in _live_web(c)}
+
+
+def _drift(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) of each resource an Application's status reads as not Synced."""
+    return [(r.get("kind"), r.get("name")) for r in status.get("resources") or [] if r.get("status") != "Synced"]
 
 
 def _scaling_stays_synced(gitops: GitOps, alone: int) -> tuple[list[Any], int, list[str]]:
@@ -272,8 +271,8 @@ def _scaling_stays_synced(gitops: GitOps, alone: int) -> tuple[list[Any], int, l
 
         def settled() -> bool:
             limits = _limits(c)
-            for name, limit in limits.items():
-                seen.setdefault(name, set()).add(limit)
+            for name, milli in limits.items():
+                seen.setdefault(name, set()).add(milli)
             values = set(limits.values())
             return len(limits) == n and len(values) == 1 and ((n == 1) == (values == {alone}))
 
@@ -286,10 +285,7 @@ def _scaling_stays_synced(gitops: GitOps, alone: int) -> tuple[list[Any], int, l
 def _limit(c: Cluster) -> int | None:
     """The web pod's CPU limit in millicores (0: none), or None while there is not one pod."""
     pod = _web(c)
-    if pod is None:
-        return None
-    limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
-    return cpu_milli(limits["cpu"]) if "cpu" in limits else 0
+    return None if pod is None else pod_limit(pod)
 
 
 def _established(c: Cluster) -> float | None:
@@ -526,18 +522,16 @@ def test_argocd_syncs_headroom_from_git_in_waves_and_reads_its_health(gitops: Gi
 
     def bare_limit() -> int | None:
         try:
-            pod = api.get("/api/v1/namespaces/team/pods/bare")
+            return limit(api, "team", "bare")
         except ApiError:
             return None
-        return cpu_milli(pod["spec"]["containers"][0]["resources"]["limits"]["cpu"])
 
     raised = wait("the bare pod's limit changed by Headroom", lambda: (bare_limit() or 200) != 200 and bare_limit())
 
     def refused_by_the_server() -> str | None:
         st = (gitops.app(TEAM_APP) or {}).get("status") or {}
         message = (st.get("operationState") or {}).get("message") or ""
-        drift = [(r.get("kind"), r.get("name")) for r in st.get("resources") or [] if r.get("status") != "Synced"]
-        ok = (st.get("sync") or {}).get("status") == "OutOfSync" and drift == [("Pod", "bare")]
+        ok = (st.get("sync") or {}).get("status") == "OutOfSync" and _drift(st) == [("Pod", "bare")]
         return message if ok and "pod updates may not change fields" in message else None
 
     bare_refused = gitops.wait(TEAM_APP, "self-heal refused on the bare pod", refused_by_the_server, 120)
