@@ -18,6 +18,17 @@ any client can hold, from the moment its TCP connection is accepted:
 - answer bytes not yet written: at most `max_response_bytes`; past it the connection that
   has waited longest for its client to read is closed.
 
+A server given `trusted` (the webhook: is this address the API server's?) treats the two
+kinds of client apart. The API server carries every tenant's reviews over its connections,
+so none of them is closed for bytes: a request whose declared body does not fit the bound
+now waits, unread, until earlier ones are answered (backpressure, first come first
+served; small requests keep their reserve), and its connections are counted per address
+against `max_per_client`. Every other client is a direct poster: all of them together
+hold at most `max_direct_connections` connections (a new one past it takes the place of
+the pool's oldest that is not being answered) and `max_direct_bytes` of request bytes,
+and start at most `direct_handshakes_per_second` TLS handshakes, whatever the number of
+their addresses.
+
 The soft open-file limit is raised to the hard one when the first server starts, and
 accept failures (out of file descriptors) are logged once a minute, not once per try.
 Idle kept-alive connections are closed by aiohttp after its keep-alive timeout.
@@ -66,6 +77,13 @@ class Limits:
     max_response_bytes: int = 64 * 1024 * 1024
     write_timeout: float = 10.0
     keepalive_timeout: float = 30.0
+    # With `trusted`: every client it does not trust shares these (see the module's docstring).
+    max_direct_connections: int = 64
+    max_direct_bytes: int = 4 * 1024 * 1024
+    direct_handshakes_per_second: float = 20.0
+
+
+DIRECT_POOL = "\x00direct"  # the pool of every client a server given `trusted` does not trust
 
 
 class _Every:
@@ -85,12 +103,31 @@ class _Every:
         return self.suppressed.pop(key, 0)
 
 
+class _Bucket:
+    """A token bucket: `rate` a second, up to `burst` at once."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
 class _Guard:
     """Shared bookkeeping of one server's connections (event loop thread only)."""
 
-    def __init__(self, limits: Limits, name: str) -> None:
-        self.limits, self.name = limits, name
-        self.by_client: dict[str, dict[_Guarded, None]] = {}  # insertion order: oldest first
+    def __init__(self, limits: Limits, name: str, trusted: Callable[[str], bool] | None = None) -> None:
+        self.limits, self.name, self.trusted = limits, name, trusted
+        self.handshakes = _Bucket(limits.direct_handshakes_per_second, 2 * limits.direct_handshakes_per_second)
+        self.waiting: dict[_Guarded, None] = {}  # trusted requests held unread for room, oldest first
+        self.owed = 0  # bytes trusted requests have declared and not yet sent
+        self.by_client: dict[str, dict[_Guarded, None]] = {}  # per pool, insertion order: oldest first
         self.by_transport: dict[int, _Guarded] = {}  # the transport the application sees
         self.open = 0  # TCP connections, from accept
         self.pending = 0  # request bytes held until their answer is written, every connection
@@ -112,10 +149,14 @@ class _Guard:
         conn.close()
 
     # --- called by the server around a request --------------------------------------------
-    def body_read(self, transport: asyncio.BaseTransport | None) -> None:
+    def body_read(self, transport: asyncio.BaseTransport | None) -> _Guarded | None:
+        """The request's body has been read and parsed: its bytes are no longer held by
+        the connection (the caller counts what it keeps). Returns the connection."""
         conn = self.conn(transport)
         if conn is not None and conn.phase in (_Guarded.HEADERS, _Guarded.BODY):
             conn.phase = _Guarded.ANSWERING
+            conn.release()
+        return conn
 
     def responding(self, transport: asyncio.BaseTransport | None, size: int) -> None:
         """An answer of `size` bytes is being written: held until `answered`. Past the
@@ -138,11 +179,33 @@ class _Guard:
             conn.phase, conn.head = _Guarded.IDLE, b""
 
     # --- request bytes ----------------------------------------------------------------
+    def fits(self, conn: _Guarded, coming: int) -> bool:
+        """Whether `coming` more bytes of a trusted request fit under the bounds, counting
+        what requests already let in still owe."""
+        limits = self.limits
+        room = limits.max_pending_bytes - (0 if conn.bytes + coming <= SMALL_REQUEST else limits.small_reserve)
+        return self.pending + self.owed + coming <= room
+
+    def wake(self) -> None:
+        """Let the held requests in, oldest first, while they fit: a large one that does not
+        fit keeps the large ones behind it waiting (first come, first served), not the small
+        ones, which may use the reserve."""
+        blocked = False
+        for conn in list(self.waiting):
+            small = conn.bytes + conn.owed <= SMALL_REQUEST
+            if conn.address is None:
+                self.waiting.pop(conn, None)
+            elif (small or not blocked) and self.fits(conn, conn.owed):
+                self.waiting.pop(conn, None)
+                conn.let_in()
+            elif not small:
+                blocked = True
+
     def largest_receiving(self) -> _Guarded | None:
         """The connection holding the most bytes of a large request still being received."""
         best: _Guarded | None = None
         for c in self.by_transport.values():
-            receiving = c.phase in (_Guarded.HEADERS, _Guarded.BODY) and c.bytes > SMALL_REQUEST
+            receiving = not c.trusted and c.phase in (_Guarded.HEADERS, _Guarded.BODY) and c.bytes > SMALL_REQUEST
             if receiving and (best is None or c.bytes > best.bytes):
                 best = c
         return best
@@ -170,6 +233,10 @@ class _Guarded(asyncio.Protocol):
         self.head = b""  # the request's header bytes, until their end is seen
         self.early: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
+        self.pool = ""  # whose bounds it counts against: its address, or DIRECT_POOL
+        self.trusted = True  # the API server's (backpressure, never closed for bytes)
+        self.owed = 0  # bytes its request declared and has not sent yet (trusted only)
+        self.held: list[bytes] | None = None  # data kept from aiohttp while its request waits for room
 
     # --- the guard's checks -------------------------------------------------------------
     def close(self) -> None:
@@ -193,13 +260,34 @@ class _Guarded(asyncio.Protocol):
         g = self.guard
         if self.bytes and self.address is not None:
             g.pending -= self.bytes
-            left = g.pending_by_client.get(self.address, 0) - self.bytes
+            left = g.pending_by_client.get(self.pool, 0) - self.bytes
             if left > 0:
-                g.pending_by_client[self.address] = left
+                g.pending_by_client[self.pool] = left
             else:
-                g.pending_by_client.pop(self.address, None)
+                g.pending_by_client.pop(self.pool, None)
         g.responses -= self.response
-        self.bytes = self.response = 0
+        g.owed -= self.owed
+        freed = self.bytes or self.owed
+        self.bytes = self.response = self.owed = 0
+        if freed and g.waiting:
+            g.wake()
+
+    def hold(self) -> None:
+        """Read no more of this request until it fits (backpressure: the client waits)."""
+        self.held = []
+        self.guard.waiting[self] = None
+        if self.transport is not None:
+            self.transport.pause_reading()  # type: ignore[attr-defined]
+
+    def let_in(self) -> None:
+        held, self.held = self.held or [], None
+        self.guard.owed += self.owed
+        for data in held:
+            if self.address is None:
+                return
+            self.inner.data_received(data)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()  # type: ignore[attr-defined]
 
     def unsent(self) -> int:
         """Bytes written to this connection that the kernel has not taken yet."""
@@ -210,7 +298,11 @@ class _Guarded(asyncio.Protocol):
         )
 
     def evictable(self) -> bool:
-        """Not while its answer is being decided or written."""
+        """Not while its answer is being decided or written; the API server's, only before
+        its request's headers have all come (it sends them and its body in one go): never
+        while its body is read or waits for room."""
+        if self.trusted:
+            return self.phase in (self.HANDSHAKE, self.HEADERS, self.IDLE)
         return self.phase not in (self.ANSWERING, self.WRITING)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
@@ -222,15 +314,25 @@ class _Guarded(asyncio.Protocol):
         if g.open >= g.limits.max_connections:
             g.shed(self, "too many connections")
             return
-        conns = g.by_client.setdefault(address, {})
-        if len(conns) >= g.limits.max_per_client:
+        self.trusted = g.trusted is not None and g.trusted(address)
+        self.pool = DIRECT_POOL if g.trusted is not None and not self.trusted else address
+        if self.pool == DIRECT_POOL and not g.handshakes.take():
+            g.shed(self, "clients that are not the API server open connections too fast")
+            return
+        cap, why = (
+            (g.limits.max_direct_connections, "too many connections from clients that are not the API server")
+            if self.pool == DIRECT_POOL
+            else (g.limits.max_per_client, "too many connections from one address")
+        )
+        conns = g.by_client.setdefault(self.pool, {})
+        if len(conns) >= cap:
             oldest = next((c for c in conns if c.evictable()), None)  # insertion order: oldest first
             if oldest is None:  # every one of them is being answered: refuse this one
                 if not conns:
-                    del g.by_client[address]
-                g.shed(self, "too many connections from one address")
+                    del g.by_client[self.pool]
+                g.shed(self, why)
                 return
-            g.shed(oldest, "too many connections from one address")
+            g.shed(oldest, why)
         conns[self] = None
         g.open += 1
         self.address = address
@@ -283,12 +385,15 @@ class _Guarded(asyncio.Protocol):
             return
         g = self.guard
         self._cancel_timer()
+        g.waiting.pop(self, None)
+        if self.held is not None:  # what it owes was never counted in g.owed
+            self.owed, self.held = 0, None
         self.release()
-        conns = g.by_client.get(self.address)
+        conns = g.by_client.get(self.pool)
         if conns is not None:
             conns.pop(self, None)
             if not conns:
-                del g.by_client[self.address]
+                del g.by_client[self.pool]
         if self.transport is not None:
             g.by_transport.pop(id(self.transport), None)
         g.open -= 1
@@ -303,10 +408,20 @@ class _Guarded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.address is None:
             return
-        g, limits, address = self.guard, self.guard.limits, self.address
+        g, limits = self.guard, self.guard.limits
         self.bytes += len(data)
         g.pending += len(data)
-        g.pending_by_client[address] = g.pending_by_client.get(address, 0) + len(data)
+        g.pending_by_client[self.pool] = g.pending_by_client.get(self.pool, 0) + len(data)
+        if self.owed:
+            paid = min(self.owed, len(data))
+            self.owed -= paid
+            if self.held is None:
+                g.owed -= paid
+        if self.held is not None:  # waiting for room: aiohttp resumed reading, the guard has not
+            self.held.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()  # type: ignore[attr-defined]
+            return
         if self.phase == self.IDLE:
             self.phase = self.HEADERS
             self._deadline()
@@ -316,18 +431,30 @@ class _Guarded(asyncio.Protocol):
             if end >= 0:
                 self.phase, self.head = self.BODY, b""
                 self._cancel_timer()
-                # A body that could never fit is refused before its bytes are read: a client
-                # that resends one in a loop then costs a handshake, not megabytes of reads.
                 declared = _content_length(seen[:end])
                 if declared is not None:
                     total = self.bytes - len(seen) + end + len(HEADER_END) + declared
-                    if self._over(total - self.bytes):
+                    if self.trusted:
+                        # The API server's request is never closed for bytes: one that does
+                        # not fit waits, unread, for earlier ones to be answered.
+                        self.owed = max(0, total - self.bytes)
+                        if total > limits.max_pending_bytes - limits.small_reserve:
+                            g.shed(self, "a request larger than any admission review")
+                            return
+                        if (g.waiting and total > SMALL_REQUEST) or not g.fits(self, self.owed):
+                            self.hold()
+                            self.held = [data]
+                            return
+                        g.owed += self.owed
+                    # A body that could never fit is refused before its bytes are read: a client
+                    # that resends one in a loop then costs a handshake, not megabytes of reads.
+                    elif self._over(total - self.bytes):
                         return
             else:
                 self.head = seen[-MAX_HEAD:]
-        if self._over(0):
+        if not self.trusted and self._over(0):
             return
-        while g.pending > limits.max_pending_bytes:
+        while not self.trusted and g.pending > limits.max_pending_bytes:
             victim = g.largest_receiving() or self
             g.shed(victim, "unanswered request bytes over the bound")
             if victim is self:
@@ -344,9 +471,15 @@ class _Guarded(asyncio.Protocol):
         request that crosses one is closed itself (its client sent the most, and bytes not
         read stay out of this process); a small one past the whole bound makes room, in
         data_received, by closing the largest large requests being received."""
-        g, limits, address = self.guard, self.guard.limits, self.address
-        if g.pending_by_client.get(address or "", 0) + coming > limits.max_pending_per_client:
-            g.shed(self, "request bytes from one address over the bound")
+        g, limits = self.guard, self.guard.limits
+        bound = limits.max_pending_per_client if self.pool != DIRECT_POOL else limits.max_direct_bytes
+        if g.pending_by_client.get(self.pool, 0) + coming > bound:
+            g.shed(
+                self,
+                "request bytes from clients that are not the API server over the bound"
+                if self.pool == DIRECT_POOL
+                else "request bytes from one address over the bound",
+            )
             return True
         if self.bytes + coming > SMALL_REQUEST and g.pending + coming > limits.max_pending_bytes - limits.small_reserve:
             g.shed(self, "unanswered request bytes over the bound")
@@ -388,7 +521,8 @@ def raise_open_file_limit() -> tuple[int, int]:
 
 class LoopServer:
     """An aiohttp application served on its own loop thread, behind the connection guard.
-    `routes` are (method, path, handler); `on_start` runs on the loop once it serves."""
+    `routes` are (method, path, handler); `on_start` runs on the loop once it serves;
+    `trusted(address)` says whether a client is the API server (see the module's docstring)."""
 
     def __init__(
         self,
@@ -402,11 +536,12 @@ class LoopServer:
         client_max_size: int = 1024**2,
         handshake_timeout: float = 5.0,
         on_start: Callable[[], Coroutine[Any, Any, Any]] | None = None,
+        trusted: Callable[[str], bool] | None = None,
     ) -> None:
         self.name, self.host, self.port, self.routes = name, host, port, routes
         self.context, self.limits, self.client_max_size = context, limits, client_max_size
         self.handshake_timeout, self.on_start = handshake_timeout, on_start
-        self.guard = _Guard(limits, name)
+        self.guard = _Guard(limits, name, trusted)
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(self._loop_error)
         self._ready = threading.Event()

@@ -226,7 +226,18 @@ def webhook_controller(
         certs.mkdir()
         control_plane.ca.issue(certs, "tls", ["127.0.0.1"])
         port = free_port()
-        c = start_controller("--webhook-port", str(port), "--webhook-cert-dir", str(certs), *args)
+        # The tests' API server calls from 127.0.0.1 (as its EndpointSlice default/kubernetes
+        # says; the controller's identity may not read it): every other loopback address is
+        # a direct poster.
+        c = start_controller(
+            "--webhook-port",
+            str(port),
+            "--webhook-cert-dir",
+            str(certs),
+            "--webhook-api-server-cidr",
+            "127.0.0.1/32",
+            *args,
+        )
         registered.append(f"{prefix}-{port}")
         register_webhook(api, registered[-1], port, control_plane.ca_file.read_bytes())
         return c, port

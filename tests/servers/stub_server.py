@@ -2,7 +2,8 @@
 in tests/unit/test_serving.py (so its threads and memory are measured on their own):
 `python stub_server.py CERT_DIR` prints `webhook PORT` and `metrics PORT`, then serves
 until stdin closes. The webhook decides with one managed namespace, a HeadroomConfig with
-its defaults and 500 nodes."""
+its defaults and 500 nodes; 127.0.0.1 is the API server's address (as the tests' API
+server's EndpointSlice says), every other loopback address a direct poster."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from headroom.api.resolve import resolve
 from headroom.core.records import Namespace, node_from_dict
 from headroom.metrics import Metrics, serve
+from headroom.webhook.peers import ApiServerPeers
 from headroom.webhook.server import Sources, WebhookServer
 
 
@@ -29,7 +31,8 @@ def main() -> None:
     team = Namespace("team", {"kube-headroom.dev/mode": "managed"})
     sources = Sources(lambda name: team if name == "team" else None, lambda: resolver, nodes=lambda: nodes)
     metrics = Metrics()
-    hook = WebhookServer(0, Path(sys.argv[1]), sources, "127.0.0.1", metrics.observe_webhook).start()
+    peers = ApiServerPeers(["127.0.0.1/32"])
+    hook = WebhookServer(0, Path(sys.argv[1]), sources, "127.0.0.1", metrics.observe_webhook, peers=peers).start()
     probes = serve(0, "127.0.0.1", metrics=metrics, healthy=lambda: (True, "ok"), ready=lambda: (True, "ok"))
     print(f"webhook {hook.port}", flush=True)
     print(f"metrics {probes.port}", flush=True)

@@ -118,7 +118,7 @@ EXPECTED_CLUSTER_RULES = [
 WEBHOOK_RULES = [
     {
         "apiGroups": [""],
-        "resources": ["nodes", "namespaces", "limitranges", "resourcequotas"],
+        "resources": ["nodes", "namespaces", "limitranges"],
         "verbs": ["get", "list", "watch"],
     },
     EXPECTED_CLUSTER_RULES[1],
@@ -142,7 +142,23 @@ def test_rbac_is_exactly_the_spec():
         "verbs": ["get", "patch"],
     }
     assert role["rules"] == [*EXPECTED_CLUSTER_RULES, own_webhook]
-    (lease,) = find(docs, "Role")
+    lease, peers = find(docs, "Role")
+    # The webhook reads the API server's own EndpointSlice, by name, and nothing else there.
+    assert (peers["metadata"]["namespace"], peers["rules"]) == (
+        "default",
+        [
+            {
+                "apiGroups": ["discovery.k8s.io"],
+                "resources": ["endpointslices"],
+                "resourceNames": ["kubernetes"],
+                "verbs": ["get"],
+            }
+        ],
+    )
+    (peers_binding,) = [b for b in find(docs, "RoleBinding") if b["metadata"]["namespace"] == "default"]
+    assert peers_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "headroom-webhook", "namespace": "kube-headroom"}
+    ]
     assert lease["metadata"]["namespace"] == "kube-headroom"
     assert lease["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},

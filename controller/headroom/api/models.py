@@ -167,6 +167,27 @@ class Webhook(Model):
     )
 
 
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class Tenancy(Model):
+    """Which namespaces belong to one tenant."""
+
+    tenant_label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=317,
+        pattern=LABEL_KEY_PATTERN,
+        description="A namespace label whose value names the namespace's tenant (for example the tenant label "
+        "of a multi-tenancy operator); a namespace without it is a tenant of its own. Unset: every namespace is "
+        "its own tenant. The admission webhook shares its decision time by tenant, so that more namespaces, "
+        "service accounts or users do not give one tenant a larger share.",
+    )
+
+
 class WebhookOverride(Model):
     """Per-pool webhook settings; a field left out keeps the HeadroomConfig value."""
 
@@ -351,6 +372,9 @@ class HeadroomConfigSpec(Model):
     webhook: Webhook = Field(
         default_factory=Webhook, description="Admission webhook settings.", json_schema_extra={"default": {}}
     )
+    tenancy: Tenancy = Field(
+        default_factory=Tenancy, description="How namespaces group into tenants.", json_schema_extra={"default": {}}
+    )
 
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
     _namespaces = field_validator("namespace_selector")(_non_empty(NAMESPACE_SELECTOR_EMPTY))
@@ -508,6 +532,7 @@ def settings_from(config: HeadroomConfig | None) -> Settings:
         per_node_patches_per_second=spec.rate_limits.per_node_patches_per_second,
         client_qps=spec.rate_limits.client_qps,
         release=spec.release,
+        tenant_label=spec.tenancy.tenant_label,
     )
 
 

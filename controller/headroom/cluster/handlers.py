@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..core import keys, limitrange, quota
@@ -177,8 +177,9 @@ class Watches:
         pods: bool,
         timeout_seconds: int,
         on_error: Callable[[str], None],
+        quotas: bool = True,
     ) -> None:
-        self.api, self.handlers, self.stop, self.pods = api, handlers, stop, pods
+        self.api, self.handlers, self.stop, self.pods, self.quotas = api, handlers, stop, pods, quotas
         self.timeout_seconds, self.on_error = timeout_seconds, on_error
         self.reflectors: list[Reflector] = []
         self._vpa_stop: threading.Event | None = None  # set: the VPA watch is running
@@ -206,10 +207,12 @@ class Watches:
             (keys.CONFIG_PATH, h.custom_list(keys.CONFIG_KIND), h.custom_event(keys.CONFIG_KIND)),
             (keys.PROFILE_PATH, h.custom_list(keys.PROFILE_KIND), h.custom_event(keys.PROFILE_KIND)),
         ]
-        for path, kind, build in (
-            (keys.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict),
-            (keys.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict),
-        ):
+        neighbours: list[tuple[str, str, Callable[[Mapping[str, Any]], Any]]] = [
+            (keys.LIMIT_RANGE_PATH, limitrange.LIMIT_RANGE_KIND, limitrange.limit_range_from_dict)
+        ]
+        if self.quotas:  # what a resize must fit; no admission decision reads them
+            neighbours.append((keys.QUOTA_PATH, quota.QUOTA_KIND, quota.quota_from_dict))
+        for path, kind, build in neighbours:
             watches.append((path, h.neighbour_list(kind, build), h.neighbour_event(kind, build)))
         with self._lock:
             for path, on_list, on_event in watches:

@@ -117,6 +117,14 @@ def _run_command(sub: Any) -> None:
         help="seconds between checks of the certificate files (default 10)",
     )
     p.add_argument(
+        "--webhook-api-server-cidr",
+        action="append",
+        type=_cidr,
+        default=[],
+        metavar="CIDR",
+        help="with --webhook-cert-dir: as `headroom webhook --api-server-cidr`",
+    )
+    p.add_argument(
         "--webhook-secret",
         help="keep the webhook certificate in this Secret (in the lease namespace) and its CA in the caBundle "
         "of --webhook-configuration; the leader issues and rotates it",
@@ -241,6 +249,26 @@ def _webhook_command(sub: Any) -> None:
     )
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics (0: off; default 8080)")
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz (0: off; default 8081)")
+    p.add_argument(
+        "--api-server-cidr",
+        action="append",
+        type=_cidr,
+        default=[],
+        metavar="CIDR",
+        help="addresses the API server calls the webhook from, besides those of the EndpointSlice "
+        "default/kubernetes (repeatable; for a managed control plane or a konnectivity proxy). Every other "
+        "client shares a small fixed pool of connections, bytes and decisions",
+    )
+
+
+def _cidr(value: str) -> str:
+    from ..webhook.peers import parse_cidrs
+
+    try:
+        parse_cidrs([value])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def parser() -> argparse.ArgumentParser:

@@ -261,6 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         webhook_port=args.webhook_port,
         webhook_cert_dir=args.webhook_cert_dir,
         webhook_cert_reload=args.webhook_cert_reload,
+        webhook_api_server_cidrs=tuple(args.webhook_api_server_cidr),
         webhook_secret=args.webhook_secret,
         webhook_names=tuple(n.strip() for n in (args.webhook_names or "").split(",") if n.strip()),
         webhook_configuration=args.webhook_configuration,
@@ -293,6 +294,7 @@ def cmd_webhook(args: argparse.Namespace) -> int:
         cert_reload=args.cert_reload,
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
+        api_server_cidrs=tuple(args.api_server_cidr),
     )
     try:
         process = WebhookProcess(Api(connect(args.kubeconfig, args.context)), options)

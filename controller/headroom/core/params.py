@@ -55,6 +55,7 @@ class Settings:
     per_node_patches_per_second: float = 10.0
     client_qps: float = 50.0
     release: str = "Keep"  # Keep or Restore: the limit of a pod that leaves management
+    tenant_label: str | None = None  # the namespace label naming its tenant; None: each namespace is one
     # Why nothing may be written on these nodes (no HeadroomConfig, an invalid one with no
     # valid version known, a profile unusable and without a valid version); None: writable.
     blocked: str | None = None

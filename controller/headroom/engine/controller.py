@@ -32,6 +32,7 @@ from ..core.records import Node
 from ..metrics import Metrics, serve_ports
 from ..runtime import tune_gc
 from ..webhook.host import Certificate, Replica, WebhookHost
+from ..webhook.peers import ApiServerPeers
 from ..webhook.server import Sources
 from .backoff import PodBackoff, RetryDelay
 from .config import ConfigState
@@ -61,6 +62,7 @@ class Options:
     webhook_port: int = 9443
     webhook_cert_dir: str | None = None  # tls.crt and tls.key; None: no webhook
     webhook_cert_reload: float = 10.0  # seconds between checks of the certificate files
+    webhook_api_server_cidrs: tuple[str, ...] = ()  # besides the EndpointSlice default/kubernetes
     # The controller keeps the webhook's certificate: this Secret (in lease_namespace),
     # valid for these names, with its CA in this MutatingWebhookConfiguration's caBundle.
     webhook_secret: str | None = None
@@ -331,6 +333,7 @@ class Controller:
             observe=self.metrics.observe_webhook,
             reload_every=o.webhook_cert_reload,
             certificate=certificate,
+            peers=ApiServerPeers(o.webhook_api_server_cidrs, on_error=self._error),
         )
 
     def _await_sync(self) -> None:

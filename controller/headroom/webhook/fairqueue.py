@@ -1,37 +1,54 @@
-"""The webhook's decision queue: fair between requesters, bounded, and deadline-aware.
+"""The webhook's decision queue: decision time shared fairly between tenants, bounded in
+bytes, and shedding only what could not be decided in time.
 
-A review is decided on one of a few worker threads. Waiting reviews queue per *requester*
-(who asked: the review's `userInfo.username` and namespace) inside a queue per *client
-address* (the connection's peer: the API server's reviews share one, a pod that posts to
-the webhook directly has its own). Workers serve the addresses in turn and, within one,
-its requesters in turn, so a tenant flooding the webhook with costly reviews through the
-API server delays another tenant's review by at most one of its own per turn, and a pod
-posting directly cannot crowd out the API server's address.
+Every review through the API server comes from the API server's address, and a tenant can
+multiply usernames, service accounts and namespaces; so reviews queue per *tenant* (the
+namespace's tenant, see server.tenant_of; every client that is not the API server shares
+one flow, DIRECT), and tenants share the workers by the *decision time they use*, not by
+turns. Each flow keeps a virtual clock: the CPU seconds its decisions have taken (charged
+with an estimate when one starts, corrected with the measured time when it ends). A worker
+takes the next review of the waiting flow whose clock is lowest (start-time fair queuing),
+and a flow that starts waiting again joins at the clock of the decision begun last, so an
+idle tenant banks no credit. A tenant sending the costliest reviews the budget still decides gets the same
+CPU as one sending cheap ones; its own reviews wait longer. DIRECT is charged
+`direct_weight` times what it takes and runs at most one decision at a time.
 
-Bounds, each answered at once with "allowed, no patch" (the pod is born without a limit;
-the controller sets one once it is bound), counted and logged once per requester:
-- a requester with `per_requester` reviews waiting gets its next one shed;
-- with `total` waiting in all, the requester holding the most (within the address
-  holding the most) loses its oldest: a flood sheds its own reviews, not others'.
+A review is shed ("allowed, no patch": the pod is admitted unchanged, and the controller
+sets its limit once it is bound) only when it cannot be answered in time:
+- at submit, when its predicted wait plus its own decision passes the API server's
+  deadline for it (the `timeout` it sends). The wait is predicted from the measured decision
+  times of what fair queuing serves before it: its own flow's waiting reviews, and from
+  every other waiting flow as much as that (or all that flow has, if less), over the
+  workers' measured throughput. An honest burst on an idle queue is decided whole;
+- when the bytes waiting pass a bound: a flow's own next review past `flow_bytes` (its
+  parsed reviews waiting), or, past `total_bytes` in all, the oldest review of the flow
+  holding the most bytes (a flood sheds its own, not others');
+- at dequeue, when the client has gone (dropped undecided) or its deadline can no longer
+  be met.
 
-Before a decision starts, the worker checks that its client still waits (the connection
-is open) and that the API server's own deadline for it (the `timeout` it sends) has not
-passed; otherwise the review is dropped undecided.
+Bytes are those of each review's parsed form (estimated from its body's size), counted from
+submit until its job is decided or dropped.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("headroom.webhook")
 
 SHED, EXPIRED, ABANDONED = "shed", "expired", "abandoned"
+DIRECT = "\x00direct"  # the flow of every client that is not the API server (no namespace has this name)
+PARSED_FACTOR = 8  # a parsed review holds up to ~7x its JSON body in Python objects (measured, see docs)
+FIRST_ESTIMATE = 0.005  # seconds a decision is assumed to take before any has been measured
+ANSWER_MARGIN = 0.05  # seconds kept for writing the answer and its trip back to the API server
 
 
 @dataclass(slots=True)
@@ -39,12 +56,18 @@ class Job:
     """One review waiting for a decision. `finish` is called exactly once, from whichever
     thread ends the job, with (answer or None, outcome)."""
 
-    address: str
-    requester: str
+    tenant: str
     review: dict[str, Any]
     deadline: float  # time.monotonic() past which the API server no longer waits
     gone: Callable[[], bool]  # the client closed its connection
     finish: Callable[[dict[str, Any] | None, str], None]
+    size: int = 0  # bytes of the body it was parsed from
+    address: str = ""  # the client's, for logs
+    charged: float = 0.0  # the estimate its flow was charged when its decision started
+
+    @property
+    def held(self) -> int:
+        return self.size * PARSED_FACTOR
 
 
 def allowed(review: dict[str, Any]) -> dict[str, Any]:
@@ -58,42 +81,56 @@ def allowed(review: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def requester_of(review: dict[str, Any]) -> str:
-    """`username namespace` of the review's request: who asked, and for where."""
-    request = review.get("request")
-    if not isinstance(request, dict):
-        return ""
-    user = request.get("userInfo")
-    name = user.get("username") if isinstance(user, dict) else None
-    return f"{name if isinstance(name, str) else ''} {request.get('namespace') or ''}"
+@dataclass(slots=True)
+class _Flow:
+    name: str
+    clock: float = 0.0  # weighted CPU seconds charged
+    cost: float = FIRST_ESTIMATE  # moving average of one decision's CPU seconds
+    jobs: deque[Job] = field(default_factory=deque)
+    held: int = 0  # bytes of its waiting reviews
+    running: int = 0
+    version: int = 0  # of its entry in the ready heap: an older entry is stale
 
-
-class _Address:
-    __slots__ = ("count", "requesters")
-
-    def __init__(self) -> None:
-        self.requesters: OrderedDict[str, deque[Job]] = OrderedDict()  # served in turn
-        self.count = 0
+    def idle(self) -> bool:
+        return not self.jobs and not self.running
 
 
 class FairQueue:
     """Jobs in, decisions out on `workers` threads (see the module's docstring).
-    `decide(review)` returns (answer, outcome); `on_drop(outcome)` counts a review ended
-    without a decision; `said_once(key)` is True the first time a key is seen."""
+    `decide(review)` returns (answer, outcome); `said_once(key)` is True the first time a
+    key is seen; `clock` is time.monotonic, and the CPU time of a decision is read with
+    `cpu` on the worker's thread (time.thread_time)."""
 
     def __init__(
         self,
         decide: Callable[[dict[str, Any]], tuple[dict[str, Any], str]],
         *,
         workers: int = 4,
-        per_requester: int = 16,
-        total: int = 256,
+        flow_bytes: int = 32 * 1024 * 1024,
+        total_bytes: int = 128 * 1024 * 1024,
+        direct_bytes: int = 16 * 1024 * 1024,
+        direct_weight: float = 4.0,
         said_once: Callable[[str], bool] = lambda key: True,
         name: str = "webhook-decide",
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.thread_time,
     ) -> None:
-        self.decide, self.per_requester, self.total, self.said_once = decide, per_requester, total, said_once
-        self.addresses: OrderedDict[str, _Address] = OrderedDict()  # served in turn
+        self.decide, self.said_once, self.clock, self.cpu = decide, said_once, clock, cpu
+        self.flow_bytes, self.total_bytes, self.direct_bytes = flow_bytes, total_bytes, direct_bytes
+        self.direct_weight = direct_weight
+        self.workers = workers
+        self.flows: dict[str, _Flow] = {}
+        self._ready: list[tuple[float, int, int, str]] = []  # (clock, seq, version, flow): lowest clock first
+        self._seq = itertools.count()
+        # Where a flow that starts waiting joins: the start of the decision begun last (its
+        # flow's clock then), never going back; an idle tenant banks no credit, nor sheds its debt.
+        self.vtime = 0.0
+        self.cost = FIRST_ESTIMATE  # moving average of any decision's CPU seconds: a new flow's estimate
         self.waiting = 0
+        self.held = 0
+        # Seconds of wall time one decision occupies the whole pool for: decisions share
+        # the interpreter, so the pool's throughput is measured, not assumed from `workers`.
+        self.wall_per_cpu = 1.0
         self.cond = threading.Condition()
         self.stopped = False
         self.threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
@@ -103,91 +140,152 @@ class FairQueue:
     # --- in -----------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         """Queue the job, or end it (or the oldest of the largest holder) as shed."""
-        shed: Job | None = None
+        shed: list[tuple[Job, str]] = []
         with self.cond:
-            addr = self.addresses.get(job.address)
-            jobs = addr.requesters.get(job.requester) if addr is not None else None
-            if jobs is not None and len(jobs) >= self.per_requester:
-                shed = job
-            elif self.waiting >= self.total:
-                victim = self._largest()
-                if victim is None or (victim[0] == job.address and victim[1] == job.requester):
-                    shed = job
+            flow = self.flows.get(job.tenant)
+            if flow is None:
+                flow = self.flows[job.tenant] = _Flow(job.tenant, clock=self.vtime, cost=self.cost)
+            bound = self.direct_bytes if job.tenant == DIRECT else self.flow_bytes
+            if flow.held + job.held > bound and flow.jobs:
+                shed.append((job, "its tenant's reviews waiting hold too many bytes"))
+            elif self.clock() + self._wait(flow) + flow.cost * self.wall_per_cpu + ANSWER_MARGIN > job.deadline:
+                shed.append((job, "it could not be decided before the API server's deadline"))
+            else:
+                while self.held + job.held > self.total_bytes and self.waiting:
+                    largest = max((f for f in self.flows.values() if f.jobs), key=lambda f: f.held)
+                    if largest is flow and flow.held + job.held >= largest.held:
+                        break
+                    shed.append((self._pop(largest), "the reviews waiting hold too many bytes"))
+                if self.held + job.held > self.total_bytes and self.waiting:
+                    shed.append((job, "the reviews waiting hold too many bytes"))
                 else:
-                    shed = self._pop(*victim)
-            if shed is not job:
-                if addr is None:
-                    addr = self.addresses[job.address] = _Address()
-                addr.requesters.setdefault(job.requester, deque()).append(job)
-                addr.count += 1
-                self.waiting += 1
-                self.cond.notify()
-        if shed is not None:
-            if self.said_once(f"shed {shed.requester}"):
+                    if flow.idle():
+                        flow.clock = max(flow.clock, self.vtime)
+                    if not flow.jobs:
+                        self._mark_ready(flow)
+                    flow.jobs.append(job)
+                    flow.held += job.held
+                    self.held += job.held
+                    self.waiting += 1
+                    self.cond.notify()
+            self._prune()
+        for victim, why in shed:
+            tenant = "direct clients" if victim.tenant == DIRECT else victim.tenant
+            if self.said_once(f"shed {victim.tenant} {why}"):
                 log.warning(
-                    "admission review shed: too many of this requester's reviews wait; the pod is admitted "
-                    "unchanged (the controller sets its limit once it is bound)",
-                    extra={"requester": shed.requester, "client": shed.address},
+                    "admission review shed: the pod is admitted unchanged (the controller sets its limit once it is "
+                    "bound): " + why,
+                    extra={"tenant": tenant, "client": victim.address},
                 )
-            shed.finish(allowed(shed.review), SHED)
+            victim.finish(allowed(victim.review), SHED)
 
-    def _largest(self) -> tuple[str, str] | None:
-        if not self.addresses:
-            return None
-        address, addr = max(self.addresses.items(), key=lambda kv: kv[1].count)
-        requester = max(addr.requesters.items(), key=lambda kv: len(kv[1]))[0]
-        return address, requester
+    def _prune(self) -> None:
+        """Forget idle flows that owe nothing (lock held): a flow whose clock is past the
+        virtual time keeps its debt until the others catch up."""
+        if len(self.flows) > 64:
+            for name in [n for n, f in self.flows.items() if f.idle() and f.clock <= self.vtime]:
+                del self.flows[name]
 
-    def _pop(self, address: str, requester: str) -> Job:
-        """The oldest job of this requester (lock held); the requester and its address
-        leave the rotation when it empties."""
-        addr = self.addresses[address]
-        jobs = addr.requesters[requester]
-        job = jobs.popleft()
-        addr.count -= 1
+    def _mark_ready(self, flow: _Flow) -> None:
+        flow.version += 1
+        heapq.heappush(self._ready, (flow.clock, next(self._seq), flow.version, flow.name))
+
+    def _wait(self, flow: _Flow) -> float:
+        """Predicted seconds before a new review of `flow` starts (lock held): its own flow's
+        waiting work, and of every other waiting flow as much as that (fair queuing serves
+        them side by side), over the pool."""
+        own = len(flow.jobs) * flow.cost
+        ahead = own
+        for other in self.flows.values():
+            if other is not flow and other.jobs:
+                ahead += min(len(other.jobs) * other.cost, own + flow.cost)
+        return ahead * self.wall_per_cpu
+
+    def _pop(self, flow: _Flow) -> Job:
+        """The oldest job of this flow (lock held)."""
+        job = flow.jobs.popleft()
+        flow.held -= job.held
+        self.held -= job.held
         self.waiting -= 1
-        if not jobs:
-            del addr.requesters[requester]
-            if not addr.requesters:
-                del self.addresses[address]
         return job
 
-    def _next(self) -> Job:
-        """The next job in turn (lock held, something waits): the first address's first
-        requester; both move to the back of their rotation."""
-        address = next(iter(self.addresses))
-        addr = self.addresses[address]
-        requester = next(iter(addr.requesters))
-        job = self._pop(address, requester)
-        if requester in addr.requesters:
-            addr.requesters.move_to_end(requester)
-        if address in self.addresses:
-            self.addresses.move_to_end(address)
+    def _next(self) -> Job | None:
+        """The next job by fair queuing (lock held): the first review of the waiting flow
+        whose clock is lowest, charged its flow's estimate now."""
+        deferred = []
+        job = None
+        while self._ready:
+            entry = heapq.heappop(self._ready)
+            name = entry[3]
+            flow = self.flows.get(name)
+            if flow is None or not flow.jobs or entry[2] != flow.version:
+                continue  # stale: the flow emptied, or was pushed again with its new clock
+            if name == DIRECT and flow.running:
+                deferred.append(entry)  # one direct decision at a time
+                continue
+            job = self._pop(flow)
+            self.vtime = max(self.vtime, flow.clock)
+            job.charged = flow.cost * (self.direct_weight if name == DIRECT else 1.0)
+            flow.clock += job.charged
+            flow.running += 1
+            if flow.jobs:
+                self._mark_ready(flow)
+            break
+        for entry in deferred:
+            heapq.heappush(self._ready, entry)
         return job
 
     # --- out ----------------------------------------------------------------------------
     def _work(self) -> None:
         while True:
             with self.cond:
-                while not self.waiting and not self.stopped:
+                job = None
+                while not self.stopped:
+                    job = self._next() if self.waiting else None
+                    if job is not None:
+                        break
                     self.cond.wait()
                 if self.stopped:
                     return
-                job = self._next()
+            assert job is not None
             self._run(job)
 
     def _run(self, job: Job) -> None:
+        cpu_used = wall = 0.0
         try:
+            flow_cost = self.flows[job.tenant].cost
             if job.gone():
                 job.finish(None, ABANDONED)
-            elif time.monotonic() >= job.deadline:
+            elif self.clock() + flow_cost * self.wall_per_cpu + ANSWER_MARGIN >= job.deadline:
                 job.finish(allowed(job.review), EXPIRED)
             else:
+                started, cpu_started = self.clock(), self.cpu()
                 answer, outcome = self.decide(job.review)
+                cpu_used, wall = self.cpu() - cpu_started, self.clock() - started
                 job.finish(answer, outcome)
         except Exception:  # never lose a worker to one review
             log.exception("webhook decision failed; pod admitted unchanged")
             job.finish(allowed(job.review), "unchanged")
+        finally:
+            self._done(job, cpu_used, wall)
+
+    def _done(self, job: Job, cpu_used: float, wall: float) -> None:
+        with self.cond:
+            flow = self.flows[job.tenant]
+            flow.running -= 1
+            if cpu_used > 0:
+                weight = self.direct_weight if job.tenant == DIRECT else 1.0
+                flow.clock += cpu_used * weight - job.charged
+                flow.cost = 0.7 * flow.cost + 0.3 * cpu_used
+                self.cost = 0.9 * self.cost + 0.1 * cpu_used
+                # Wall seconds the pool needs per CPU second of decisions: a decision's wall
+                # time over its CPU time, divided among the workers that share it.
+                ratio = max(wall / cpu_used / self.workers, 1.0 / self.workers)
+                self.wall_per_cpu = 0.9 * self.wall_per_cpu + 0.1 * min(ratio, 4.0)
+                if flow.jobs:
+                    self._mark_ready(flow)  # its clock moved: its heap entry is stale
+            self._prune()
+            self.cond.notify()
 
     def stop(self) -> None:
         with self.cond:

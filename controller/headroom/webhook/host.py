@@ -16,6 +16,7 @@ from ..cluster.client import Api
 from ..cluster.loop import every
 from ..cluster.writer import NotLeader
 from .certs import CertManager
+from .peers import ApiServerPeers
 from .server import Sources, WebhookServer
 
 log = logging.getLogger("headroom.controller")
@@ -104,8 +105,10 @@ class WebhookHost:
         observe: Callable[[str, float], None],
         reload_every: float,
         certificate: Certificate | None,
+        peers: ApiServerPeers | None = None,
     ) -> None:
         self.api, self.replica, self.sources = api, replica, sources
+        self.peers = peers if peers is not None else ApiServerPeers(on_error=replica.on_error)
         self.cert_dir = Path(cert_dir) if cert_dir else None
         self.port, self.host, self.observe, self.reload_every = port, host, observe, reload_every
         self.certificate = certificate
@@ -118,6 +121,9 @@ class WebhookHost:
         if self.cert_dir is None:
             return
         self._own_files = own_cert_dir(self.cert_dir)
+        threading.Thread(
+            target=self.peers.follow, args=(self.api, self.replica.stop), name="api-server-peers", daemon=True
+        ).start()
         threading.Thread(target=self._serve_when_ready, name="webhook-start", daemon=True).start()
 
     def alive(self) -> bool:
@@ -142,7 +148,7 @@ class WebhookHost:
                     said = True
                 return False
             self.server = WebhookServer(
-                self.port, cert_dir, self.sources, self.host, self.observe, self.reload_every
+                self.port, cert_dir, self.sources, self.host, self.observe, self.reload_every, peers=self.peers
             ).start()
             log.info("webhook serving", extra={"port": self.port})
             return True

@@ -2,7 +2,7 @@
 (a Deployment of equal replicas behind the webhook's Service).
 
 It keeps its own caches of what a decision reads (nodes, namespaces, the configuration,
-LimitRanges, ResourceQuotas, VerticalPodAutoscalers: not pods), serves the webhook from
+LimitRanges, VerticalPodAutoscalers: not pods, nor ResourceQuotas), serves the webhook from
 the certificate directory the chart mounts, and writes nothing to the cluster: the
 controller's leader keeps the certificate. So a flood of admission reviews can neither
 slow a resize nor take the controller's memory, and a controller restart does not stop
@@ -29,6 +29,7 @@ from ..core.records import Node
 from ..metrics import AdmissionMetrics, serve_ports
 from ..runtime import share_the_gil, tune_gc
 from .host import Replica, WebhookHost
+from .peers import ApiServerPeers
 from .server import Sources
 
 log = logging.getLogger("headroom.webhook")
@@ -45,6 +46,7 @@ class WebhookOptions:
     watch_timeout: int = 300
     sync_timeout: float = 120.0
     capability_refresh: float = 300.0
+    api_server_cidrs: tuple[str, ...] = ()  # besides the EndpointSlice default/kubernetes
 
 
 class WebhookProcess:
@@ -70,7 +72,13 @@ class WebhookProcess:
             config_kinds=(keys.CONFIG_KIND, keys.PROFILE_KIND),
         )
         self.watches = Watches(
-            api, handlers, self.stop, pods=False, timeout_seconds=options.watch_timeout, on_error=self._error
+            api,
+            handlers,
+            self.stop,
+            pods=False,
+            quotas=False,
+            timeout_seconds=options.watch_timeout,
+            on_error=self._error,
         )
         self.synced = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
@@ -93,6 +101,7 @@ class WebhookProcess:
             observe=self.metrics.observe_webhook,
             reload_every=options.cert_reload,
             certificate=None,  # the controller's leader keeps it: this process writes nothing
+            peers=ApiServerPeers(options.api_server_cidrs, on_error=self._error),
         )
 
     def _error(self, component: str) -> None:

@@ -33,8 +33,9 @@ from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
 from ..core.records import Namespace, Node
 from ..serving import Limits, LoopServer
-from .fairqueue import FairQueue, Job, requester_of
+from .fairqueue import DIRECT, FairQueue, Job
 from .mutation import PlacementTooCostly, no_pod_level, patch_for
+from .peers import ApiServerPeers
 
 log = logging.getLogger("headroom.webhook")
 
@@ -62,6 +63,25 @@ def whose(meta: Mapping[str, Any]) -> tuple[str, str | None]:
     return str(meta.get("name") or f"{meta.get('generateName') or ''}*"), owner
 
 
+def tenant_of(review: dict[str, Any], sources: Sources) -> str:
+    """Who pays for a review's decision: its namespace's tenant, the value of the namespace
+    label the configuration names (tenancy.tenantLabel), else the namespace itself. Never
+    the username or service account, which a tenant can multiply."""
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return ""
+    namespace = request.get("namespace")
+    if not isinstance(namespace, str):
+        return ""
+    try:
+        label = sources.resolver().base.tenant_label
+        record = sources.namespace(namespace) if label else None
+    except Exception:  # an unreadable view: the namespace alone
+        return namespace
+    value = record.labels.get(label) if record is not None and label else None
+    return f"{label}={value}" if value else namespace
+
+
 class _Once:
     """Remembers the last `size` keys: a log line per key (a namespace, a requester), not per pod."""
 
@@ -81,7 +101,7 @@ class _Once:
 
 
 _costly_owners = _Once()
-_shed_requesters = _Once()
+_shed_tenants = _Once()
 
 
 def _settle(done: asyncio.Future[Any], value: Any) -> None:
@@ -154,30 +174,40 @@ BODY_TIMEOUT = 1.0  # a body not read by then gets 408: well inside the API serv
 # with a few others instead of holding the event loop (reading, TLS, answers) for its length;
 # more threads than this only share the same cores under the GIL.
 WORKERS = 4
-PER_REQUESTER = 16  # reviews one requester may have waiting; its next one is shed
-MAX_WAITING = 256  # reviews waiting in all; past it the largest holder loses its oldest
+# Parsed reviews waiting for a decision (counted as PARSED_FACTOR x their bodies): what one
+# tenant may hold (a full-size review and hundreds of ordinary ones: a 256-pod burst holds
+# about 12 MiB), what all together may, and what every direct poster together may.
+FLOW_BYTES = 32 * 1024 * 1024
+TOTAL_BYTES = 128 * 1024 * 1024
+DIRECT_BYTES = 16 * 1024 * 1024
 LARGE_REVIEW = 256 * 1024  # a body past this is decided on the large reviews' worker
 API_TIMEOUT = 10.0  # the API server's default webhook timeout, when it sends none
 LIMITS = Limits(
     header_timeout=2.0,  # a client that never finishes its headers holds its place this long at most
-    # Open connections one client address may hold. The API server opens one connection per
-    # admission in flight, far fewer than this per webhook replica.
-    max_per_client=128,
-    # Unanswered request bytes held across every connection: 4 full-size bodies (a review
-    # is a few KiB; thousands fit). The process holds about four times the bytes held while
-    # it decrypts, buffers and joins them (tests/unit/test_serving.py: +50 MiB at the bound,
-    # +176 MiB for 64 nearly complete bodies without it), well inside the chart's 512 MiB.
+    # Open connections of the API server's (per address). It opens one per admission in
+    # flight, which API Priority and Fairness bounds to a few hundred; past this, its idle
+    # ones give way, and one is refused only when every one is carrying a request.
+    max_per_client=512,
+    max_connections=1024,
+    # Request bytes being read, every connection together: 4 full-size bodies (a review is
+    # a few KiB; thousands fit). The process holds a few times the bytes being read while it
+    # decrypts, buffers and joins them. The API server's requests past it wait unread for
+    # room (never closed); each body's bytes are released once it is parsed, when its review
+    # is counted against its tenant's bound.
     max_pending_bytes=4 * MAX_BODY,
-    # Of those, what one client address may hold (one full body and then some), and what
-    # only small requests may use (room for a few hundred ordinary reviews while large
-    # bodies fill the rest).
-    max_pending_per_client=MAX_BODY + MAX_BODY // 2,
+    # What only small requests may use: room for hundreds of ordinary reviews while large
+    # bodies fill the rest.
     small_reserve=MAX_BODY,
     # Answers not yet read by their client: a few of the largest patches. The API server
     # reads its answer at once; a client that has not read it in 2 s is cut.
     max_response_bytes=4 * MAX_BODY,
     write_timeout=2.0,
     keepalive_timeout=30.0,
+    # Every client that is not the API server, together: 64 connections (about 300 KiB of
+    # TLS state each), one full-size body and then some, 20 new handshakes a second.
+    max_direct_connections=64,
+    max_direct_bytes=MAX_BODY + MAX_BODY // 2,
+    direct_handshakes_per_second=20.0,
 )
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
@@ -220,6 +250,22 @@ def parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
     return (None, why) if why is not None else (review, "")
 
 
+async def _body(request: web.Request) -> bytes:
+    """The request's body, at most MAX_BODY bytes. Read from the stream rather than with
+    request.read(), which keeps a copy on the request until its answer is written: this
+    one is freed once it is parsed."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=declared)
+    chunks, size = [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 RELOAD_EVERY = 10.0  # seconds between checks of the mounted certificate files
 
 
@@ -241,6 +287,7 @@ class WebhookServer:
         observe: Callable[[str, float], None] = lambda result, seconds: None,
         reload_every: float = RELOAD_EVERY,
         limits: Limits = LIMITS,
+        peers: Callable[[str], bool] | None = None,
     ) -> None:
         self.sources, self.observe = sources, observe
         self.body_timeout = BODY_TIMEOUT
@@ -252,24 +299,22 @@ class WebhookServer:
         def decide_one(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
             return review_response(review, sources)
 
-        self.queue = FairQueue(
-            decide_one,
-            workers=WORKERS,
-            per_requester=PER_REQUESTER,
-            total=MAX_WAITING,
-            said_once=_shed_requesters.first,
-        )
+        def queue(workers: int, name: str) -> FairQueue:
+            return FairQueue(
+                decide_one,
+                workers=workers,
+                flow_bytes=FLOW_BYTES,
+                total_bytes=TOTAL_BYTES,
+                direct_bytes=DIRECT_BYTES,
+                said_once=_shed_tenants.first,
+                name=name,
+            )
+
+        self.queue = queue(WORKERS, "webhook-decide")
         # Large reviews (a pod of thousands of containers) are decided one at a time on a
         # worker of their own: such a decision holds tens of MiB while it runs, and keeps
         # the others' workers free for ordinary pods.
-        self.large = FairQueue(
-            decide_one,
-            workers=1,
-            per_requester=PER_REQUESTER,
-            total=MAX_WAITING,
-            said_once=_shed_requesters.first,
-            name="webhook-decide-large",
-        )
+        self.large = queue(1, "webhook-decide-large")
         self.server = LoopServer(
             "webhook",
             host,
@@ -280,6 +325,7 @@ class WebhookServer:
             client_max_size=MAX_BODY,
             handshake_timeout=HANDSHAKE_TIMEOUT,
             on_start=self._reloader,
+            trusted=peers if peers is not None else ApiServerPeers(),  # none known: all the API server
         )
 
     # --- certificates -------------------------------------------------------------------
@@ -313,7 +359,7 @@ class WebhookServer:
         # (or never sends) its body holds no worker and is answered 408 well before the API
         # server's own timeout.
         try:
-            raw = await asyncio.wait_for(request.read(), self.body_timeout)
+            raw = await asyncio.wait_for(_body(request), self.body_timeout)
         except web.HTTPRequestEntityTooLarge:
             self.observe("too-large", time.perf_counter() - started)
             raise
@@ -325,10 +371,14 @@ class WebhookServer:
             return web.json_response(
                 {"error": "the body was not sent in time"}, status=408, headers={"Connection": "close"}
             )
-        self.server.guard.body_read(request.transport)
         review, why = parse(raw)
-        queue = self.large if len(raw) > LARGE_REVIEW else self.queue
+        size = len(raw)
+        queue = self.large if size > LARGE_REVIEW else self.queue
         del raw
+        # Its bytes leave the connection's count: the parsed review is counted against its
+        # tenant's bound in the queue, so one tenant's waiting reviews hold up no one's reads.
+        conn = self.server.guard.body_read(request.transport)
+        api_server = conn is not None and conn.trusted
         if review is None:
             self.observe("malformed", time.perf_counter() - started)
             return web.json_response({"error": why}, status=400)
@@ -345,12 +395,13 @@ class WebhookServer:
 
         queue.submit(
             Job(
-                address=request.remote or "",
-                requester=requester_of(review),
+                tenant=tenant_of(review, self.sources) if api_server else DIRECT,
                 review=review,
                 deadline=time.monotonic() + api_timeout(request.query.get("timeout")),
                 gone=gone,
                 finish=finish,
+                size=size,
+                address=request.remote or "",
             )
         )
         del review
