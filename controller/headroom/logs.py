@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import unicodedata
 from typing import Any
 
 import orjson
@@ -34,13 +35,28 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+def _unsafe(ch: str) -> bool:
+    """A character that must not reach a terminal raw: a space, a quote or `=` (they would
+    split or fake a field), a control character (C0, DEL, C1), a format character (the
+    bidirectional overrides and isolates that reorder what is shown) or a line or paragraph
+    separator."""
+    return ch in ' "=' or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def _escape(text: str) -> str:
+    """JSON's escaping, and \\uXXXX for the characters it leaves raw (DEL, C1, format
+    characters, separators)."""
+    quoted = orjson.dumps(text).decode()
+    return "".join(f"\\u{ord(ch):04x}" if ord(ch) >= 0x7F and _unsafe(ch) else ch for ch in quoted)
+
+
 def _text(value: Any) -> str:
-    """A field's value for a text line: quoted and escaped (as JSON) when it holds a space,
-    a quote, `=` or a control character, so that a name from the cluster can neither start
-    a line of its own nor move the terminal's cursor."""
+    """A field's value for a text line: quoted and escaped when it holds a character
+    `_unsafe` names, so that a name from the cluster can neither start a line of its own,
+    move the terminal's cursor nor show its text reordered."""
     text = str(value)
-    if any(ch in ' "=' or ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in text):
-        return orjson.dumps(text).decode()
+    if any(_unsafe(ch) for ch in text):
+        return _escape(text)
     return text
 
 

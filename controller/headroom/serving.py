@@ -603,9 +603,10 @@ class LoopServer:
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        factory, guard, context, handshake = self._runner.server, self.guard, self.context, self.handshake_timeout
+        factory, guard, handshake = self._runner.server, self.guard, self.handshake_timeout
         self._server = await self.loop.create_server(
-            lambda: _Guarded(factory(), guard, context, handshake),
+            # The context read at each accept: a reloaded certificate replaces it whole.
+            lambda: _Guarded(factory(), guard, self.context, handshake),
             self.host,
             self.port,
             backlog=256,

@@ -465,16 +465,16 @@ def _costly_pod(name: str, terms: int) -> dict:
 
 def _decided_costly_pod(name: str, terms: int = 73) -> dict:
     """A pod whose required node affinity has `terms` terms of one requirement each that
-    match no node, then one that matches every node: each node is checked against every
+    match no node, then one that matches every (Linux) node: each node is checked against every
     term, and every node is a candidate. At 500 nodes that is about the most the placement
     budget still decides (about 30 ms here)."""
     body = _costly_pod(name, 0)
     body["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [
         *(
-            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [f"none-{i}"]}]}
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": [f"none-{i}"]}]}
             for i in range(terms)
         ),
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]},
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
     ]
     return body
 
@@ -484,7 +484,7 @@ def test_one_costly_review_holds_no_other(
 ):
     """Beside 500 cached nodes: a pod whose required node affinity has 30,000 terms is over
     the webhook's placement budget, so it gets no limit (the controller decides once it is
-    bound), counted and logged once per namespace. A tenant sending 48 of the costliest
+    bound), counted and logged once per namespace. A tenant sending 32 of the costliest
     reviews the budget still decides, 8 at a time: an honest review of another tenant sent
     while they are being decided is answered with its limit before the costly tenant's last
     one (decision time is shared by tenant, not served in arrival order). Then the
@@ -510,7 +510,7 @@ def test_one_costly_review_holds_no_other(
         },
     )
     try:
-        costly = [_review(f"costly-{i}", namespace, _decided_costly_pod(f"costly-{i}")) for i in range(48)]
+        costly = [_review(f"costly-{i}", namespace, _decided_costly_pod(f"costly-{i}")) for i in range(32)]
         honest = pod("honest", namespace=other, node=None, containers=[container(cpu="500m", mem_limit=None)])
         honest.pop("status")
         done: list[float] = []
@@ -529,13 +529,13 @@ def test_one_costly_review_holds_no_other(
             heavy_outs = [f.result() for f in flood]
         answered_after = sum(1 for t in done if t > light_done)
         print(
-            f"\n48 costly reviews of one tenant: the last answered {max(done) - light_at:+.3f} s from the honest one's "
+            f"\n32 costly reviews of one tenant: the last answered {max(done) - light_at:+.3f} s from the honest one's "
             f"sending; honest one of another tenant answered in {light_s:.3f} s, {answered_after} costly ones after it"
         )
         assert "patch" in light_out["response"], light_out
-        assert all("patch" in out["response"] for out in heavy_outs), (
-            "a costly review within the budget was not decided"
-        )
+        undecided = [out["response"]["uid"] for out in heavy_outs if "patch" not in out["response"]]
+        results = [line for line in c.http("/metrics", c.metrics_port)[1].splitlines() if "requests_total{" in line]
+        assert not undecided, f"costly reviews within the budget and the deadline not decided: {undecided}, {results}"
         # The costly tenant's work was still going on when the honest review was sent, and
         # the honest one did not wait for the rest of it.
         assert max(done) > light_at and answered_after > 0, (sorted(done), light_at, light_done)

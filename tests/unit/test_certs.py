@@ -252,3 +252,43 @@ def test_a_bundle_changed_between_its_read_and_the_patch_is_read_again_not_overw
     manager(objs).ensure()
     trusted = {c.fingerprint(SHA256()) for c in objs.bundle()}
     assert {x509.load_pem_x509_certificate(pem).fingerprint(SHA256()) for pem in (ca, other)} <= trusted
+
+
+def test_a_refused_reload_keeps_serving_the_pair_that_works_and_expiry_is_seen(tmp_path):
+    """A rotation that leaves a certificate beside a key that is not its own (a half-done
+    write, another writer's key) is refused and the working pair stays served: new
+    handshakes still succeed with it. Before: the certificate was loaded into the live
+    context before the key check failed, so every later handshake failed. The server says
+    when the certificate it serves has expired (the webhook process is then not Ready)."""
+    import os
+    import socket
+    import ssl
+
+    from cryptography.hazmat.primitives import serialization
+
+    from headroom.webhook.server import Sources, WebhookServer
+    from testbed.pki import CA
+
+    ca = CA()
+    ca.issue(tmp_path, "tls", ["127.0.0.1"])
+    server = WebhookServer(0, tmp_path, Sources(lambda name: None, lambda: None), "127.0.0.1").start()  # type: ignore[arg-type]
+    try:
+
+        def served() -> bytes:
+            ctx = ssl.create_default_context(cadata=ca.cert.public_bytes(serialization.Encoding.PEM).decode())
+            ctx.check_hostname = False
+            with socket.create_connection(("127.0.0.1", server.port), 10) as raw, ctx.wrap_socket(raw) as tls:
+                return tls.getpeercert(binary_form=True) or b""
+
+        first = served()
+        other = tmp_path / "other"
+        other.mkdir()
+        ca.issue(other, "tls", ["127.0.0.1"])
+        os.replace(other / "tls.crt", tmp_path / "tls.crt")  # a new certificate, the old key
+        assert server.reload_if_changed() is False
+        assert served() == first  # still the working pair
+        assert not server.expired()
+        server.not_after = 0.0
+        assert server.expired()
+    finally:
+        server.shutdown()

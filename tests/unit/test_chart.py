@@ -386,3 +386,14 @@ def test_the_network_policy_is_a_switch_that_needs_the_api_servers_peers():
     assert rules == {9443: [{"ipBlock": {"cidr": "10.0.0.10/32"}}], 8080: prometheus, 8081: None}
     r = helm("template", "t", str(CHART), "--set", "networkPolicy.enabled=true")
     assert r.returncode != 0 and "networkPolicy.webhookFrom is empty" in r.stderr
+
+
+def test_the_api_servers_cidrs_reach_the_webhook_and_are_checked():
+    """webhook.apiServerCIDRs become the webhook's --api-server-cidr flags."""
+    docs = render("webhook.apiServerCIDRs={10.0.0.0/24,192.168.1.5/32}")
+    (hook,) = [d for d in find(docs, "Deployment") if d["metadata"]["name"] == "headroom-webhook"]
+    args = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--api-server-cidr")] == [
+        "--api-server-cidr=10.0.0.0/24",
+        "--api-server-cidr=192.168.1.5/32",
+    ]

@@ -575,3 +575,9 @@ def test_text_logs_quote_names_that_could_fake_a_line_or_move_the_cursor():
     line = TextFormatter().format(record)
     assert "\n" not in line and "\x1b" not in line
     assert 'pod="web\\nok: all good\\u001b[2J"' in line and "changes=1" in line
+    # C1 controls (CSI), DEL, the bidirectional override that shows text reversed, and the
+    # line separator: escaped too. Before, written raw.
+    sly = "ab\x9b2J\x7f\u202egnp.exe\u2028x"
+    line = TextFormatter().format(logging.makeLogRecord({"msg": "m", "levelname": "INFO", "pod": sly}))
+    assert not any(ch in line for ch in "\x9b\x7f\u202e\u2028"), repr(line)
+    assert 'pod="ab\\u009b2J\\u007f\\u202egnp.exe\\u2028x"' in line, line

@@ -492,3 +492,38 @@ def test_each_nodes_settings_are_cached_until_its_labels_or_the_configuration_ch
     assert patch_for(p, ns, res, node_set={"n1": batch}) == []  # relabelled: a new record
     all_dry = resolver(profiles=[("web", {"nodeSelector": {"matchLabels": {"pool": "web"}}, "dryRun": True})])
     assert patch_for(p, ns, all_dry, node_set={"n1": web}) == []  # a new configuration
+
+
+def test_a_reviews_tenant_is_its_namespaces_tenant_label_else_the_namespace():
+    """Decision time is shared by tenant: the value of the namespace label the
+    configuration names, else the namespace itself; never the username or service account,
+    which a tenant can multiply."""
+    from headroom.webhook.server import tenant_of
+
+    config = {
+        "apiVersion": "kube-headroom.dev/v1alpha1",
+        "kind": "HeadroomConfig",
+        "metadata": {"name": "cluster"},
+        "spec": {"tenancy": {"tenantLabel": "tenants.example.com/name"}},
+    }
+    resolver = resolve([config], []).resolver
+    namespaces = {
+        "a-dev": namespace_from_dict({"metadata": {"name": "a-dev", "labels": {"tenants.example.com/name": "acme"}}}),
+        "a-prod": namespace_from_dict({"metadata": {"name": "a-prod", "labels": {"tenants.example.com/name": "acme"}}}),
+        "loner": namespace_from_dict({"metadata": {"name": "loner"}}),
+    }
+    sources = Sources(namespaces.get, lambda: resolver)
+
+    def review(ns: str, user: str) -> dict:
+        return {"request": {"namespace": ns, "userInfo": {"username": user}}}
+
+    acme = {
+        tenant_of(review(ns, f"system:serviceaccount:{ns}:sa-{i}"), sources)
+        for ns in ("a-dev", "a-prod")
+        for i in range(16)
+    }
+    assert acme == {"tenants.example.com/name=acme"}
+    assert tenant_of(review("loner", "bob"), sources) == "loner"
+    assert tenant_of(review("unknown", "bob"), sources) == "unknown"
+    without = Sources(namespaces.get, lambda: resolve([{**config, "spec": {}}], []).resolver)
+    assert tenant_of(review("a-dev", "bob"), without) == "a-dev"  # no label named: each namespace is a tenant

@@ -64,6 +64,7 @@ class Job:
     size: int = 0  # bytes of the body it was parsed from
     address: str = ""  # the client's, for logs
     charged: float = 0.0  # the estimate its flow was charged when its decision started
+    beside: int = 0  # decisions running when it started, itself included
 
     @property
     def held(self) -> int:
@@ -128,9 +129,11 @@ class FairQueue:
         self.cost = FIRST_ESTIMATE  # moving average of any decision's CPU seconds: a new flow's estimate
         self.waiting = 0
         self.held = 0
-        # Seconds of wall time one decision occupies the whole pool for: decisions share
-        # the interpreter, so the pool's throughput is measured, not assumed from `workers`.
+        # Wall seconds the pool takes per CPU second of decisions: decisions share the
+        # interpreter (and the event loop its CPU), so the pool's throughput is measured,
+        # not assumed from `workers`.
         self.wall_per_cpu = 1.0
+        self.running = 0
         self.cond = threading.Condition()
         self.stopped = False
         self.threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
@@ -228,6 +231,8 @@ class FairQueue:
             job.charged = flow.cost * (self.direct_weight if name == DIRECT else 1.0)
             flow.clock += job.charged
             flow.running += 1
+            self.running += 1
+            job.beside = self.running
             if flow.jobs:
                 self._mark_ready(flow)
             break
@@ -273,15 +278,17 @@ class FairQueue:
         with self.cond:
             flow = self.flows[job.tenant]
             flow.running -= 1
+            beside = (job.beside + self.running) / 2  # decisions that ran side by side with it
+            self.running -= 1
             if cpu_used > 0:
                 weight = self.direct_weight if job.tenant == DIRECT else 1.0
                 flow.clock += cpu_used * weight - job.charged
                 flow.cost = 0.7 * flow.cost + 0.3 * cpu_used
                 self.cost = 0.9 * self.cost + 0.1 * cpu_used
-                # Wall seconds the pool needs per CPU second of decisions: a decision's wall
-                # time over its CPU time, divided among the workers that share it.
-                ratio = max(wall / cpu_used / self.workers, 1.0 / self.workers)
-                self.wall_per_cpu = 0.9 * self.wall_per_cpu + 0.1 * min(ratio, 4.0)
+                # A decision that took `wall` seconds for `cpu_used` of CPU while `beside`
+                # decisions ran: the pool did `beside` x `cpu_used` of work in `wall`.
+                ratio = wall / cpu_used / max(beside, 1.0)
+                self.wall_per_cpu = 0.8 * self.wall_per_cpu + 0.2 * min(max(ratio, 1.0 / self.workers), 8.0)
                 if flow.jobs:
                     self._mark_ready(flow)  # its clock moved: its heap entry is stale
             self._prune()

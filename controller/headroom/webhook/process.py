@@ -140,6 +140,8 @@ class WebhookProcess:
             return False, "caches not synced"
         if self.host.server is None:
             return False, "waiting for the webhook certificate files"
+        if self.host.server.expired():
+            return False, "the webhook certificate served has expired (the controller's leader renews it)"
         return True, "ok"
 
     def start(self) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from cryptography import x509
 
 from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
@@ -292,8 +293,8 @@ class WebhookServer:
         self.sources, self.observe = sources, observe
         self.body_timeout = BODY_TIMEOUT
         self.cert_dir, self.reload_every = cert_dir, reload_every
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.not_after = 0.0  # when the certificate served expires (seconds since the epoch)
+        self.context = self._context()
         self._stamp = self._load()
 
         def decide_one(review: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -332,12 +333,33 @@ class WebhookServer:
     def _files(self) -> tuple[Path, Path]:
         return self.cert_dir / "tls.crt", self.cert_dir / "tls.key"
 
+    @staticmethod
+    def _context() -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
     def _load(self) -> tuple[float, float]:
+        """Load the pair into a fresh context and serve it only once it loaded whole: a
+        mismatched pair refused half-way would leave the new certificate with the old key
+        in the live context, and every handshake would fail. New handshakes use the new
+        pair, open connections keep theirs."""
         crt, key = self._files()
         stamp = (crt.stat().st_mtime, key.stat().st_mtime)
-        # Loading into the same context: new handshakes use the new pair, open connections keep theirs.
-        self.context.load_cert_chain(crt, key)
+        context = self._context()
+        context.load_cert_chain(crt, key)
+        try:
+            not_after = x509.load_pem_x509_certificate(crt.read_bytes()).not_valid_after_utc.timestamp()
+        except ValueError as exc:
+            raise ssl.SSLError(f"tls.crt: {exc}") from None
+        self.context, self.not_after = context, not_after
+        if hasattr(self, "server"):
+            self.server.context = context
         return stamp
+
+    def expired(self) -> bool:
+        """The certificate served is past its notAfter: the API server refuses every handshake."""
+        return time.time() >= self.not_after
 
     def reload_if_changed(self) -> bool:
         try:
