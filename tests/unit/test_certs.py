@@ -183,6 +183,38 @@ def test_a_certificate_directory_someone_else_can_write_is_refused_with_the_fix(
     assert own_cert_dir(above / "certs") == above / "certs"
 
 
+def test_links_others_can_repoint_and_other_users_read_only_directories_are_refused(tmp_path, monkeypatch):
+    """Before: a path through a link in a world-writable directory was accepted (only the
+    resolved path's ancestors were checked), and a directory of another user's that this
+    one may not write was taken for a Secret volume, its certificate and key served."""
+    import os
+
+    from headroom.webhook import host
+    from headroom.webhook.host import UnsafeCertDir, own_cert_dir
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o777)
+    (public / "certs").symlink_to(mine)
+    with pytest.raises(UnsafeCertDir, match=r"public/certs is a link .* someone else could point elsewhere"):
+        own_cert_dir(public / "certs")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "certs").symlink_to(mine)
+    assert own_cert_dir(private / "certs") == private / "certs"  # a link only this user controls
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, 65534, 65534)
+        monkeypatch.setattr(host.os, "access", lambda path, mode: False)  # as a user who may not write there
+        with pytest.raises(UnsafeCertDir, match=r"owned by uid 65534 and not a Secret volume"):
+            own_cert_dir(theirs)
+        (theirs / "..data").mkdir()
+        assert own_cert_dir(theirs) is None  # the kubelet's Secret volume: served as it is
+
+
 def test_planted_files_and_links_in_the_certificate_directory_are_never_written_through(tmp_path):
     """Before: the key went through the fixed name `.tls.key.tmp`, opened without O_EXCL or
     O_NOFOLLOW: a planted link there made the controller write its private key over the
@@ -220,6 +252,51 @@ def test_two_writers_wanting_other_names_for_one_secret_neither_rotate_in_turn_n
         assert one.ensure() is False
     assert objs.served() == issued
     assert len(objs.bundle()) == 1
+
+
+def _later(monkeypatch: pytest.MonkeyPatch, by: datetime.timedelta) -> None:
+    import headroom.webhook.certs as certs
+
+    real = datetime.datetime.now(datetime.UTC)
+    monkeypatch.setattr(certs, "_now", lambda: real + by)
+
+
+def test_two_writers_of_one_secret_do_not_swap_it_every_ten_minutes(monkeypatch):
+    """Once another writer has replaced the certificate one wrote, it holds off for as long
+    as that certificate is sound: over 30 simulated days of checks the Secret changes hands
+    once. Before: each writer reissued as soon as the other's certificate was ten minutes
+    old, and the Secret swapped every ten minutes."""
+    objs = Objects()
+    one = CertManager(objs, "ns", "tls", ["a.ns.svc"], "headroom")  # type: ignore[arg-type]
+    two = CertManager(objs, "ns", "tls", ["b.ns.svc"], "headroom")  # type: ignore[arg-type]
+    assert one.ensure() is True
+    _later(monkeypatch, datetime.timedelta(minutes=11))
+    assert two.ensure() is True  # the first one's certificate is no longer fresh: two takes it
+    issued = objs.served()
+    rotations = 0
+    for minutes in range(12, 30 * 24 * 60, 10):
+        _later(monkeypatch, datetime.timedelta(minutes=minutes))
+        rotations += one.ensure() + two.ensure()
+    assert rotations == 0 and objs.served() == issued
+
+
+def test_a_certificate_dated_in_the_future_neither_holds_reissue_off_nor_counts_as_usable(monkeypatch):
+    """The hold on another writer's fresh certificate reads its age from its notBefore,
+    which the writer chooses: a certificate for other names dated a year ahead held reissue
+    off for 30 simulated days, and one for our own names dated ahead counted as usable,
+    though no client accepts it yet. Now both are issued anew at once."""
+    import headroom.webhook.certs as certs
+
+    ahead = datetime.timedelta(days=365)
+    real_now = certs._now
+    for names in (["other.ns.svc"], ["127.0.0.1"]):
+        objs = Objects()
+        monkeypatch.setattr(certs, "_now", lambda: real_now() + ahead)
+        ca, crt, key = issue(names, 730)  # notBefore a year from now
+        monkeypatch.setattr(certs, "_now", real_now)
+        objs.secret(tls_crt=crt, tls_key=key, ca_crt=ca)
+        assert manager(objs).ensure() is True, names
+        assert x509.load_pem_x509_certificate(objs.served()).not_valid_before_utc <= real_now()
 
 
 def test_however_often_it_rotates_the_bundle_keeps_at_most_three_cas():

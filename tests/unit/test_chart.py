@@ -397,3 +397,21 @@ def test_the_api_servers_cidrs_reach_the_webhook_and_are_checked():
         "--api-server-cidr=10.0.0.0/24",
         "--api-server-cidr=192.168.1.5/32",
     ]
+
+
+def test_one_replica_gets_no_disruption_budget_and_a_priority_class_can_be_named():
+    """A budget of one available pod over a single replica blocks every node drain: with
+    one replica the chart renders none (before: it did, for both Deployments). A
+    PriorityClass can be named for each, so higher-priority tenant pods cannot preempt
+    every replica."""
+    single = render("replicaCount=1", "webhook.replicaCount=1")
+    assert find(single, "PodDisruptionBudget") == []
+    assert [p["metadata"]["name"] for p in find(render("replicaCount=1"), "PodDisruptionBudget")] == [
+        "headroom-webhook"
+    ]
+    docs = render("priorityClassName=platform-critical", "webhook.priorityClassName=admission-critical")
+    classes = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"].get("priorityClassName") for d in find(docs, "Deployment")
+    }
+    assert classes == {"headroom": "platform-critical", "headroom-webhook": "admission-critical"}
+    assert all("priorityClassName" not in d["spec"]["template"]["spec"] for d in find(render(), "Deployment"))

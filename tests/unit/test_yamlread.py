@@ -49,6 +49,14 @@ def test_merge_keys_and_anchors_work_and_duplicates_are_refused():
         load_all("a: 1\na: 2\n")
 
 
+def test_a_merged_key_that_yaml_1_1_resolves_is_read_not_a_crash():
+    """`<<` merging a map whose keys YAML 1.1 resolves (`on` is true, `0x1` is 1), by alias
+    or inline: read as kubectl reads it. Before: a KeyError out of `headroom validate`."""
+    aliased = "base: &b\n  on: 1\n  dryRun: on\nspec:\n  <<: *b\n  x: 2\n"
+    assert load_all(aliased) == [{"base": {"true": 1, "dryRun": True}, "spec": {"x": 2, "true": 1, "dryRun": True}}]
+    assert load_all("spec:\n  <<: {on: 1, 0x1: 2}\n  z: 3\n") == [{"spec": {"z": 3, "true": 1, "1": 2}}]
+
+
 def test_deep_nesting_is_refused_not_a_crash():
     with pytest.raises(DepthError, match="nested more than"):
         load_all("a: " + "[" * 3000 + "]" * 3000 + "\n")

@@ -32,6 +32,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.compat import ordereddict
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import ScalarString
@@ -193,9 +194,12 @@ class _Walk:
                     new_key = resolved[k]
                     value, n = self.resolve(v, depth + 1)
                     size += n
+                    # The plain dict's own methods: a map that merges another (`<<`), or is
+                    # merged into one, would otherwise pass the change on to the other map,
+                    # where the old key may be missing (a KeyError) or must not change.
                     if new_key != k:
-                        del node[k]
-                    node[new_key] = value
+                        ordereddict.__delitem__(node, k)
+                    ordereddict.__setitem__(node, new_key, value)
             else:
                 for i, v in enumerate(node):
                     node[i], n = self.resolve(v, depth + 1)

@@ -181,6 +181,9 @@ class CertManager:
     days: int = 365
     renew_before: datetime.timedelta = datetime.timedelta(days=30)
     _said_other: tuple[str, ...] | None = None  # the other names last said to hold the Secret
+    _said_at: datetime.datetime | None = None
+    _written: bytes | None = None  # the tls.crt this manager last wrote into the Secret
+    _displaced: bool = False  # another writer has replaced what this one wrote: it holds off
 
     @property
     def _path(self) -> str:
@@ -202,12 +205,18 @@ class CertManager:
             return {"_rv": str(obj["metadata"].get("resourceVersion", "")).encode()}
 
     def _usable(self, data: dict[str, bytes] | None) -> bool:
-        """The Secret holds a serving certificate for our names, not close to expiry, whose
-        key is `tls.key` and which a CA in `ca.crt` signed: otherwise it is issued anew."""
+        """The Secret holds a serving certificate for our names, valid now and not close to
+        expiry, whose key is `tls.key` and which a CA in `ca.crt` signed: otherwise it is
+        issued anew. A certificate not valid yet is not usable: no client accepts it."""
         if not data or _issuer(data) is None:
             return False
         cert = x509.load_pem_x509_certificate(data["tls.crt"])
-        return cert.not_valid_after_utc > _now() + self.renew_before and set(self.names) <= _names_of(cert)
+        now = _now()
+        return (
+            cert.not_valid_before_utc <= now
+            and cert.not_valid_after_utc > now + self.renew_before
+            and set(self.names) <= _names_of(cert)
+        )
 
     @property
     def _configuration_path(self) -> str:
@@ -249,32 +258,45 @@ class CertManager:
         log.info("webhook caBundle changed under each try; again at the next check")
 
     def _held_for_other_names(self, data: dict[str, bytes] | None) -> bool:
-        """The Secret holds a sound, recently issued certificate for other names: another
-        writer keeps this Secret for those (a second release, or a controller run elsewhere
-        with the same --webhook-secret). Reissuing would make it reissue in turn, each
-        adding a CA: so not within FIGHT_WINDOW of its issue, said once per set of names."""
+        """The Secret holds a sound certificate for other names that another writer keeps
+        (a second release, or a controller run elsewhere with the same --webhook-secret):
+        reissuing would make it reissue in turn, each adding a CA. Held off when
+
+        - the certificate replaced one this manager wrote: another writer is at work, and
+          this one holds off for as long as that certificate is valid and not due for
+          renewal (the two would otherwise swap the Secret every FIGHT_WINDOW); or
+        - it was issued within FIGHT_WINDOW, by its own notBefore. The writer chooses
+          that date, so one in the future (a certificate no client accepts yet) is never a
+          reason to wait.
+
+        Said as an error once per set of names and again every hour while it lasts."""
         if not data or _issuer(data) is None:
             return False
         cert = x509.load_pem_x509_certificate(data["tls.crt"])
         names = _names_of(cert)
-        issued = cert.not_valid_before_utc + SKEW
-        if set(self.names) <= names or cert.not_valid_after_utc <= _now() + self.renew_before:
+        now = _now()
+        if set(self.names) <= names or cert.not_valid_after_utc <= now + self.renew_before:
             return False
-        if _now() - issued >= FIGHT_WINDOW:
+        if self._written is not None and data["tls.crt"] != self._written:
+            self._displaced = True
+        issued = cert.not_valid_before_utc + SKEW
+        recent = issued <= now + SKEW and now - issued < FIGHT_WINDOW
+        if not (self._displaced or recent):
             return False
         said = tuple(sorted(names))
-        if self._said_other != said:
+        if self._said_other != said or self._said_at is None or now - self._said_at >= datetime.timedelta(hours=1):
             log.error(
-                "webhook Secret holds a certificate for other names, issued moments ago: another writer keeps it; "
-                "not reissued (each writer needs a Secret of its own: --webhook-secret)",
+                "webhook Secret holds a certificate for other names that another writer keeps; not reissued "
+                "(each writer needs a Secret of its own: --webhook-secret; delete the Secret to take it back)",
                 extra={
                     "secret": f"{self.namespace}/{self.secret}",
                     "names": sorted(names),
                     "wanted": list(self.names),
-                    "issuedSecondsAgo": int((_now() - issued).total_seconds()),
+                    "issuedSecondsAgo": int((now - issued).total_seconds()),
+                    "replacedOurs": self._displaced,
                 },
             )
-            self._said_other = said
+            self._said_other, self._said_at = said, now
         return True
 
     def write_files(self, cert_dir: Path) -> bool:
@@ -352,7 +374,7 @@ class CertManager:
                 "webhook certificate issued",
                 extra={"secret": f"{self.namespace}/{self.secret}", "names": list(self.names), "days": self.days},
             )
-            self._said_other = None
+            self._said_other, self._displaced, self._written = None, False, crt
             data, rotated = self._read(), True
         # The bundle must hold the CA of the certificate being served, and from the Secret
         # nothing else.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,28 @@ class UnsafeCertDir(ValueError):
     someone else owns or may write to."""
 
 
+def _no_foreign_links(path: Path, uid: int) -> None:
+    """Raise UnsafeCertDir when the path, as given, goes through a symbolic link someone
+    else could re-point: one in a directory others may write (not sticky), or one owned by
+    another user (in a sticky directory such as /tmp, its owner may still replace it)."""
+    current = Path(path.anchor) if path.is_absolute() else Path.cwd()
+    for part in path.parts[1:] if path.is_absolute() else path.parts:
+        current = current / part
+        try:
+            st = current.lstat()
+        except OSError:
+            return  # not there yet: made below, by this user
+        if not stat.S_ISLNK(st.st_mode):
+            continue
+        pst = current.parent.stat()
+        if st.st_uid not in (0, uid) or (pst.st_mode & 0o022 and not pst.st_mode & 0o1000):
+            raise UnsafeCertDir(
+                f"--webhook-cert-dir {path}: {current} is a link (owned by uid {st.st_uid}) in {current.parent} "
+                f"(mode {pst.st_mode & 0o7777:04o}) that someone else could point elsewhere: give the real path"
+            )
+        current = current.resolve()
+
+
 def own_cert_dir(cert_dir: Path) -> Path | None:
     """`cert_dir` when the controller keeps its files itself: a writable directory that is
     not a Secret volume (the kubelet's volumes hold `..data`; the chart mounts them
@@ -35,14 +58,23 @@ def own_cert_dir(cert_dir: Path) -> Path | None:
     Raises UnsafeCertDir for a writable directory that is not the running user's own, or
     that its group or others may write: someone else could plant files or links there and
     read or redirect the private key."""
+    uid = os.geteuid()
+    _no_foreign_links(cert_dir, uid)
     try:
         cert_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None
-    if (cert_dir / "..data").exists() or not os.access(cert_dir, os.W_OK):
-        return None
+    if (cert_dir / "..data").exists():
+        return None  # a Secret volume: the kubelet keeps it
     st = cert_dir.stat()
-    uid = os.geteuid()
+    if not os.access(cert_dir, os.W_OK):
+        if st.st_uid not in (0, uid):
+            raise UnsafeCertDir(
+                f"--webhook-cert-dir {cert_dir}: owned by uid {st.st_uid} and not a Secret volume (no ..data): "
+                "the certificate and key there are whoever owns it's to choose; mount the webhook Secret there, "
+                "or use a directory of your own"
+            )
+        return None
     if st.st_uid != uid:
         raise UnsafeCertDir(
             f"--webhook-cert-dir {cert_dir}: owned by uid {st.st_uid}, not by this user (uid {uid}); "
