@@ -10,7 +10,8 @@ any client can hold, from the moment its TCP connection is accepted:
 - time: the TLS handshake, the headers (`header_timeout` from the connection or from the
   request's first byte) and the answer (`write_timeout`: a client that does not read its
   answer is cut) each have a deadline;
-- request bytes held until their answer is written: at most `max_pending_bytes` in all,
+- request bytes held until the server has taken the body (`body_read`) or the answer is
+  written: at most `max_pending_bytes` in all,
   `max_pending_per_client` per address. Requests larger than SMALL_REQUEST may fill only
   up to `max_pending_bytes - small_reserve`: the large request that crosses a bound is
   closed, and a small one past the whole bound closes the largest large ones being

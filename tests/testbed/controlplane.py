@@ -114,6 +114,9 @@ class ControlPlane:
     # With the directory of tests/realnode/build.sh: kube-scheduler and kube-controller-manager
     # run too (pods are placed, Deployments make ReplicaSets make pods, quotas are counted).
     components_dir: Path | None = None
+    # Which of the two run (a benchmark with thousands of node objects and no kubelet runs
+    # the controller-manager alone: a scheduler would only retry pods that fit nowhere).
+    components: tuple[str, ...] = ("kube-scheduler", "kube-controller-manager")
     # The address pods reach the API server at (a real node's bridge gateway): the API
     # server listens on every address, publishes it as the `kubernetes` Service's endpoint
     # (kube-proxy routes the ClusterIP there), calls webhooks at their Services' endpoints,
@@ -229,7 +232,10 @@ class ControlPlane:
 
     def _start_components(self) -> None:
         assert self.components_dir is not None
-        self._component("kube-scheduler", "system:kube-scheduler")
+        if "kube-scheduler" in self.components:
+            self._component("kube-scheduler", "system:kube-scheduler")
+        if "kube-controller-manager" not in self.components:
+            return
         self._component(
             "kube-controller-manager",
             "system:kube-controller-manager",

@@ -84,7 +84,7 @@ def tenant_of(review: dict[str, Any], sources: Sources) -> str:
 
 
 class _Once:
-    """Remembers the last `size` keys: a log line per key (a namespace, a requester), not per pod."""
+    """Remembers the last `size` keys: a log line per key (a namespace, a tenant), not per pod."""
 
     def __init__(self, size: int = 1024) -> None:
         self.size, self.seen = size, OrderedDict[str, None]()

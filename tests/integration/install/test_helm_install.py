@@ -87,7 +87,19 @@ def test_helm_install_runs_the_controller_in_pods_and_the_webhook_behind_its_ser
     cgroup = cluster.node.container_cgroup(pod["status"]["containerStatuses"][0]["containerID"])
     assert cgroup is not None
     wait("the cgroup quota", lambda: int((cgroup / "cpu.cfs_quota_us").read_text()) == 100_000, timeout=15)
-    print(f"\nhelm install --wait: {installed:.1f}s; leader {leader}")
+    # Each webhook replica, with the chart's RBAC, read the API server's own addresses from
+    # the EndpointSlice default/kubernetes: here its advertise address, the pod network's
+    # gateway, which is where its calls through the Service come from. Every other client
+    # is a direct poster.
+    for hook in cluster.webhook_pods():
+        text = cluster.node.container_log(hook, "webhook")
+        logs = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        said = [r.get("addresses") for r in logs if r.get("msg") == "the API server's addresses"]
+        assert said and said[-1] == [cluster.cp.pod_gateway], (said, logs)
+        assert not [r for r in logs if "cannot read the API server's addresses" in str(r.get("msg"))]
+    print(
+        f"\nhelm install --wait: {installed:.1f}s; leader {leader}; the API server's address {cluster.cp.pod_gateway}"
+    )
 
 
 def _doctor(cluster: Cluster) -> tuple[int, str]:

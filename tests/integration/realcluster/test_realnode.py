@@ -524,18 +524,3 @@ def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
         lambda o: (o.get("status") or {}).get("deferredResizes") == 0,
         timeout=30,
     )
-
-
-def test_the_webhook_knows_the_api_server_by_its_own_endpointslice(api, control_plane):
-    """The webhook tells the API server's connections (every tenant's reviews) from direct
-    posters by the addresses the API server keeps in the EndpointSlice default/kubernetes:
-    on this cluster its advertise address, the pod network's gateway. An address it does
-    not name is a direct poster; a CIDR the operator names counts too."""
-    from headroom.webhook.peers import ApiServerPeers
-
-    peers = ApiServerPeers()
-    assert peers("10.1.2.3")  # nothing known yet: every client is taken for the API server
-    peers.refresh(api)
-    print(f"\nthe API server's addresses: {sorted(map(str, peers.addresses))}")
-    assert peers(control_plane.pod_gateway) and not peers("127.0.0.2")
-    assert ApiServerPeers(["10.0.0.0/8"])("10.1.2.3")

@@ -1,0 +1,623 @@
+"""Admission under a hostile tenant, through the real API server: attacks as labelled.
+
+The tests' real kube-apiserver and etcd (API Priority and Fairness on, its defaults) with
+kube-controller-manager (so a ReplicaSet makes its pods), 5,000 Node objects in 100 pools
+with a NodePoolProfile each, and the webhook registered as the chart registers it
+(`timeoutSeconds: 2`, `failurePolicy: Ignore`), served by one `headroom webhook` process,
+a fresh one per row (its peak RSS is the row's). The test API server publishes no
+EndpointSlice for itself, so its address is named with `--api-server-cidr 127.0.0.1/32`
+(where the tree knows that flag).
+
+Every row runs an honest tenant creating ordinary pods open-loop at 20 a second through the
+API server as a service account of its own (so API Priority and Fairness treats it as it
+treats the attackers), each pod counted as given its CPU limit at admission or not, and its
+create's latency from its intended send time, a failure counted as a failure (not dropped)
+and as the slowest in the percentiles (nearest rank). Beside it, the row's attack:
+
+- tenants creating pods with `dryRun=All` (the webhook is called; nothing is stored), each
+  the costliest review the placement budget still decides at this node count (every node
+  checked against every term of its required node affinity, every node a candidate), from
+  1, 16 and 64 service accounts in 1 and 8 namespaces of one tenant
+  (`tenancy.tenantLabel`; a tree that does not know it sees 8 namespaces);
+- an honest tenant's ReplicaSet created with 64 and with 256 replicas (the
+  controller-manager's slow-start batches): how many of its pods got their limit;
+- direct posters (pods posting to the webhook themselves) from 16 addresses: 1,500 silent
+  connections, 3 MB bodies trickled until the server closes them, reviews of 17,000
+  containers whose answers are never read;
+- all of them at once.
+
+For each attack, what it really sent: requests answered, bytes, connections, addresses.
+
+    .venv/bin/python tests/bench/bench_admission_api.py [--baseline TREE] [--seconds 12] [--row NAME]...
+
+`--baseline TREE` runs the same rows, in the same run, against the `headroom webhook` of
+another checkout (its `controller/` directory is put first on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import urllib3
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "controller")]
+
+from headroom.webhook.certs import issue  # noqa: E402
+from headroom.webhook.mutation import PLACEMENT_BUDGET  # noqa: E402
+from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
+from testbed.controlplane import ADMIN_TOKEN, ControlPlane, build, free_port  # noqa: E402
+from testbed.node import build_node  # noqa: E402
+
+TENANT_LABEL = "tenants.example.com/name"
+HONEST_RATE = 20.0  # pods a second
+DIRECT = [f"127.0.1.{i + 1}" for i in range(16)]
+
+
+# --- the API server, as a tenant's service account ------------------------------------------
+class Client:
+    """Requests to the API server as `user` (the admin token, impersonating it), over
+    connections kept alive as any client of the API server keeps them."""
+
+    def __init__(self, cp: ControlPlane, user: str, connections: int = 4) -> None:
+        self.url = cp.url
+        self.pool = urllib3.PoolManager(
+            num_pools=2, maxsize=connections, ca_certs=str(cp.ca_file), cert_reqs="CERT_REQUIRED", retries=False
+        )
+        self.headers = {
+            "Authorization": f"Bearer {ADMIN_TOKEN}",
+            "Impersonate-User": user,
+            "Content-Type": "application/json",
+        }
+
+    def post(self, path: str, body: bytes, timeout: float = 30) -> tuple[int, bytes]:
+        r = self.pool.request("POST", self.url + path, body=body, headers=self.headers, timeout=timeout)
+        return r.status, r.data
+
+
+def pod(name: str, namespace: str, affinity: dict | None = None, cpu: str = "250m") -> dict:
+    spec: dict = {"containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}
+    if affinity is not None:
+        spec["affinity"] = affinity
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def costliest_affinity(nodes: int) -> dict:
+    """Terms of one requirement each that match no node, then one that matches every node:
+    each node is checked against every term, and every node is a candidate; as many terms
+    as the placement budget allows at this node count (each costs 4 checks a node)."""
+    per_node = PLACEMENT_BUDGET // max(nodes, 1)
+    misses = max(0, per_node // 4 - 1)
+    terms = [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": [f"none-{i}"]}]}
+        for i in range(misses)
+    ]
+    terms.append({"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]})
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+# --- attacks ------------------------------------------------------------------------------------
+@dataclass
+class Sent:
+    requests: int = 0
+    failed: int = 0
+    bytes: int = 0
+    connections: int = 0
+
+
+class Attack:
+    """Threads in a process of their own (so the attackers' work does not delay the honest
+    client's measurements), each running `body(attack, i)` until told to stop; what they
+    sent is counted in shared memory."""
+
+    def __init__(self, name: str, threads: int, body: Callable[[Attack, int], None], addresses: int) -> None:
+        self.name, self.threads, self.body, self.addresses = name, threads, body, addresses
+        ctx = multiprocessing.get_context("fork")
+        self.stop = ctx.Event()
+        self.counts = ctx.Array("q", 4)  # requests, failed, bytes, connections
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.env: dict = {}
+
+    def count(self, requests: int = 0, failed: int = 0, sent: int = 0, connections: int = 0) -> None:
+        with self.counts.get_lock():
+            for i, v in enumerate((requests, failed, sent, connections)):
+                self.counts[i] += v
+
+    @property
+    def sent(self) -> Sent:
+        return Sent(*self.counts[:])
+
+    def start(self, env: dict) -> None:
+        self.env = env
+        self.stop.clear()
+        for i in range(4):
+            self.counts[i] = 0
+        self.process = multiprocessing.get_context("fork").Process(target=self._run, daemon=True)
+        self.process.start()
+
+    def end(self) -> None:
+        self.stop.set()
+        if self.process is not None:
+            self.process.join(20)
+            if self.process.is_alive():
+                self.process.kill()
+
+    def _run(self) -> None:
+        threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(self.threads)]
+        for t in threads:
+            t.start()
+        self.stop.wait()
+        for t in threads:
+            t.join(10)
+
+    def _loop(self, i: int) -> None:
+        while not self.stop.is_set():
+            try:
+                self.body(self, i)
+            except (OSError, ValueError, urllib3.exceptions.HTTPError):
+                self.count(failed=1)
+                self.stop.wait(0.05)
+
+
+def dry_run_tenant(accounts: int, namespaces: int) -> Callable[[Attack, int], None]:
+    """Dry-run creates of the costliest decided pod, thread i as service account i % accounts
+    of namespace (i % accounts) % namespaces, one kept-alive connection each."""
+
+    def body(a: Attack, i: int) -> None:
+        k = i % accounts
+        ns = f"evil-{k % namespaces}"
+        client = Client(a.env["cp"], f"system:serviceaccount:{ns}:sa-{k}", 1)
+        raw = json.dumps(pod("costly", ns, a.env["affinity"])).encode()
+        a.count(connections=1)
+        while not a.stop.is_set():
+            status, _ = client.post(f"/api/v1/namespaces/{ns}/pods?dryRun=All", raw)
+            a.count(requests=1, failed=int(status >= 300), sent=len(raw))
+
+    return body
+
+
+def _from(source: str, port: int, timeout: float) -> socket.socket:
+    raw = socket.socket()
+    raw.setsockopt(socket.IPPROTO_IP, 24, 1)  # IP_BIND_ADDRESS_NO_PORT
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    raw.bind((source, 0))
+    raw.settimeout(timeout)
+    raw.connect(("127.0.0.1", port))
+    return raw
+
+
+def _tls(ca: bytes) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    ctx.check_hostname = False
+    return ctx
+
+
+def _head(length: int) -> bytes:
+    return (
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {length}\r\n\r\n".encode()
+    )
+
+
+def silent(a: Attack, i: int) -> None:
+    """TCP connections that never start their handshake, from address i % 16: 1,500 in all
+    across the threads, each renewed as the server closes it."""
+    held: list[socket.socket] = []
+    want = 1500 // a.threads
+    try:
+        while not a.stop.is_set():
+            held = [s for s in held if not _closed(s)]
+            while len(held) < want and not a.stop.is_set():
+                try:
+                    held.append(_from(DIRECT[i % 16], a.env["port"], 5))
+                    a.count(connections=1)
+                except OSError:
+                    a.count(failed=1)
+                    break
+            a.stop.wait(0.2)
+    finally:
+        for s in held:
+            s.close()
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(0)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def trickled(a: Attack, i: int) -> None:
+    """Headers for a 3 MB body, then 64 KiB every 10 ms until the server closes it (the
+    bounds), from address i % 16."""
+    with _from(DIRECT[i % 16], a.env["port"], 5) as raw, _tls(a.env["ca"]).wrap_socket(raw) as tls:
+        a.count(connections=1)
+        tls.sendall(_head(3_000_000))
+        chunk = b" " * 65536
+        for _ in range(3_000_000 // 65536 - 1):
+            if a.stop.wait(0.01):
+                return
+            tls.sendall(chunk)
+            a.count(sent=len(chunk))
+    a.count(requests=1)
+
+
+def unread(a: Attack, i: int) -> None:
+    """A review of a pod of 17,000 containers (2.9 MiB; its answer a 2.4 MiB patch), its
+    answer never read, from address i % 16; a new one when the server cuts it."""
+    raw = _from(DIRECT[i % 16], a.env["port"], 30)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    with raw, _tls(a.env["ca"]).wrap_socket(raw) as tls:
+        a.count(connections=1)
+        body = a.env["huge"]
+        tls.sendall(_head(len(body)) + body)
+        a.count(requests=1, sent=len(body))
+        deadline = time.monotonic() + 10
+        while not a.stop.is_set() and time.monotonic() < deadline and not _closed(tls):
+            a.stop.wait(0.2)
+
+
+def huge_review() -> bytes:
+    containers = [{"name": f"c{k}", "image": "x", "resources": {"requests": {"cpu": "10m"}}} for k in range(17_000)]
+    obj = pod("huge", "evil-0")
+    obj["spec"]["containers"] = containers
+    request = {
+        "uid": "huge",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "namespace": "evil-0",
+        "operation": "CREATE",
+        "object": obj,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+TENANT_ROWS = {
+    "dry-run costliest, 1 SA in 1 ns (16 conns)": (16, dry_run_tenant(1, 1)),
+    "dry-run costliest, 16 SAs in 1 ns": (16, dry_run_tenant(16, 1)),
+    "dry-run costliest, 16 SAs in 8 ns": (16, dry_run_tenant(16, 8)),
+    "dry-run costliest, 64 SAs in 8 ns": (64, dry_run_tenant(64, 8)),
+}
+
+
+def attacks_of(row: str) -> list[Attack]:
+    if row in TENANT_ROWS:
+        threads, body = TENANT_ROWS[row]
+        return [Attack(row, threads, body, 1)]
+    direct = {
+        "direct: 1,500 silent conns, 16 addresses": Attack("silent", 16, silent, 16),
+        "direct: trickled 3 MB bodies, 16 addresses": Attack("trickled", 16, trickled, 16),
+        "direct: unread 2.9 MiB answers, 16 addresses": Attack("unread", 16, unread, 16),
+    }
+    if row in direct:
+        return [direct[row]]
+    if row == "all at once":
+        threads, body = TENANT_ROWS["dry-run costliest, 64 SAs in 8 ns"]
+        return [Attack("tenant", threads, body, 1), *(attacks_of(name)[0] for name in direct)]
+    return []
+
+
+ROWS = [
+    "baseline (no attack)",
+    *TENANT_ROWS,
+    "ReplicaSet 0 -> 64",
+    "ReplicaSet 0 -> 256",
+    "direct: 1,500 silent conns, 16 addresses",
+    "direct: trickled 3 MB bodies, 16 addresses",
+    "direct: unread 2.9 MiB answers, 16 addresses",
+    "all at once",
+]
+
+
+# --- the webhook process ------------------------------------------------------------------------
+@dataclass
+class Webhook:
+    tree: Path
+    cp: ControlPlane
+    cert_dir: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    health: int = 0
+    log: Path = field(default_factory=lambda: Path(tempfile.mktemp(prefix="bench-webhook-", suffix=".log")))
+
+    def flags(self) -> list[str]:
+        help_text = subprocess.run(
+            [sys.executable, "-m", "headroom", "webhook", "--help"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return ["--api-server-cidr", "127.0.0.1/32"] if "--api-server-cidr" in help_text else []
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(self.tree / "controller")}
+
+    def start(self) -> None:
+        self.health = free_port()
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "headroom",
+                    "webhook",
+                    "--kubeconfig",
+                    str(self.cp.kubeconfig()),
+                    "--cert-dir",
+                    str(self.cert_dir),
+                    "--port",
+                    str(self.port),
+                    "--metrics-port",
+                    "0",
+                    "--health-port",
+                    str(self.health),
+                    "--log-level",
+                    "warning",
+                    *self.flags(),
+                ],
+                env=self.env(),
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the webhook never became ready"
+            time.sleep(0.5)
+
+    def peak_rss(self) -> float:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+# --- the cluster ------------------------------------------------------------------------------
+def setup(nodes: int, profiles: int) -> ControlPlane:
+    cp = ControlPlane(build(), components_dir=build_node(), components=("kube-controller-manager",))
+    cp.start()
+    api = cp.api()
+    install_crds(api)
+    started = time.monotonic()
+
+    def node(i: int) -> None:
+        name = f"n{i:05d}"
+        labels = {"kubernetes.io/os": "linux", "kubernetes.io/hostname": name, "pool": f"pool-{i % profiles}"}
+        api.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+        status = {
+            "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench"}],
+        }
+        api.patch(f"/api/v1/nodes/{name}/status", {"status": status}, "application/merge-patch+json")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(node, range(nodes)))
+    for i in range(profiles):
+        api.apply(
+            {
+                "apiVersion": "kube-headroom.dev/v1alpha1",
+                "kind": "NodePoolProfile",
+                "metadata": {"name": f"pool-{i}"},
+                "spec": {"nodeSelector": {"matchLabels": {"pool": f"pool-{i}"}}, "maxMultiplier": 4},
+            },
+            "bench",
+        )
+    for ns, tenant in [("honest", "honest"), *((f"evil-{k}", "evil") for k in range(8))]:
+        labels = {"kube-headroom.dev/mode": "managed", TENANT_LABEL: tenant}
+        api.post(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+        )
+    print(f"{nodes} nodes in {profiles} pools, 9 namespaces: {time.monotonic() - started:.0f} s", flush=True)
+    return cp
+
+
+@dataclass
+class Result:
+    given: int = 0
+    total: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def rank(self, q: float) -> float:
+        """Nearest rank: the smallest latency that at least q of the pods had; a failure
+        counts as the slowest."""
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def honest(cp: ControlPlane, seconds: float, row: str) -> Result:
+    """Ordinary pods at HONEST_RATE a second, open-loop, as the honest tenant's deployer."""
+    client = Client(cp, "system:serviceaccount:honest:deployer", 32)
+    res = Result()
+    lock = threading.Lock()
+    sends = int(seconds * HONEST_RATE)
+    start = time.monotonic() + 0.05
+
+    def one(k: int) -> None:
+        intended = start + k / HONEST_RATE
+        time.sleep(max(0.0, intended - time.monotonic()))
+        body = json.dumps(pod(f"r{row}-{k}", "honest")).encode()
+        given, took = False, float("inf")
+        try:
+            status, data = client.post("/api/v1/namespaces/honest/pods", body)
+            if status == 201:
+                given = "limits" in json.loads(data)["spec"]["containers"][0]["resources"]
+                took = time.monotonic() - intended
+        except (OSError, urllib3.exceptions.HTTPError):
+            pass
+        with lock:
+            res.total += 1
+            res.given += given
+            res.latencies.append(took)
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(one, range(sends)))
+    return res
+
+
+def replica_set(cp: ControlPlane, name: str, replicas: int) -> tuple[int, int, float]:
+    """A ReplicaSet with `replicas` ordinary pods in the honest tenant's namespace: (pods
+    given their limit, pods made, seconds until all were made)."""
+    api = cp.api()
+    labels = {"app": name}
+    api.post(
+        "/apis/apps/v1/namespaces/honest/replicasets",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": name, "namespace": "honest"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": pod("x", "honest")["spec"]},
+            },
+        },
+    )
+    started = time.monotonic()
+    pods: list = []
+    while time.monotonic() - started < 120:
+        pods = api.get("/api/v1/namespaces/honest/pods", {"labelSelector": f"app={name}"})["items"]
+        if len(pods) >= replicas:
+            break
+        time.sleep(0.5)
+    took = time.monotonic() - started
+    given = sum("limits" in p["spec"]["containers"][0]["resources"] for p in pods)
+    with contextlib.suppress(Exception):
+        api.delete(f"/apis/apps/v1/namespaces/honest/replicasets/{name}")
+    return given, len(pods), took
+
+
+def run_tree(tree: Path, cp: ControlPlane, rows: list[str], seconds: float, nodes: int, run: int) -> None:
+    api = cp.api()
+    knows_tenancy = "tenancy" in (tree / "controller" / "headroom" / "api" / "models.py").read_text()
+    spec: dict = {"dryRun": False}
+    if knows_tenancy:
+        spec["tenancy"] = {"tenantLabel": TENANT_LABEL}
+    apply_config(api, spec, "bench")
+    ca, crt, key = issue(["127.0.0.1"], 1)
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        cert_dir = Path(d)
+        (cert_dir / "tls.crt").write_bytes(crt)
+        (cert_dir / "tls.key").write_bytes(key)
+        os.chmod(cert_dir / "tls.key", 0o600)
+        name = f"bench-{port}"
+        register_webhook(api, name, port, ca)
+        env = {"cp": cp, "ca": ca, "port": port, "affinity": costliest_affinity(nodes), "huge": huge_review()}
+        hook = Webhook(tree, cp, cert_dir, port)
+        print(f"\n{tree}: {'tenancy.tenantLabel set' if knows_tenancy else 'no tenancy (8 namespaces, 8 tenants)'}")
+        print(
+            f"{'row':<46} {'given':>9} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8}  what the attack sent "
+            "(answered/failed requests, MiB, connections, addresses)"
+        )
+        try:
+            for i, row in enumerate(rows):
+                hook.start()
+                try:
+                    # Warm: the webhook answers (its caches in, its first decision made).
+                    warm = Client(cp, "system:serviceaccount:honest:deployer")
+                    for k in range(30):
+                        status, data = warm.post(
+                            "/api/v1/namespaces/honest/pods?dryRun=All",
+                            json.dumps(pod(f"warm-{run}-{i}-{k}", "honest")).encode(),
+                        )
+                        if status == 201 and "limits" in json.loads(data)["spec"]["containers"][0]["resources"]:
+                            break
+                        time.sleep(0.5)
+                    attacks = attacks_of(row)
+                    for a in attacks:
+                        a.start(env)
+                    if attacks:
+                        time.sleep(2.0)  # the attack under way
+                    extra = ""
+                    if row.startswith("ReplicaSet"):
+                        replicas = int(row.rsplit(" ", 1)[1])
+                        with ThreadPoolExecutor(1) as side:
+                            made_rs = side.submit(replica_set, cp, f"rs-{run}-{i}", replicas)
+                            res = honest(cp, seconds, f"{run}-{i}")
+                        given, made, took = made_rs.result()
+                        extra = f"ReplicaSet: {given}/{made} pods given their limit, all made in {took:.1f} s"
+                    else:
+                        res = honest(cp, seconds, f"{run}-{i}")
+                    rss = hook.peak_rss()
+                    for a in attacks:
+                        a.end()
+                    sent = "; ".join(
+                        f"{a.name if len(attacks) > 1 else ''}{' ' if len(attacks) > 1 else ''}"
+                        f"{a.sent.requests}/{a.sent.failed}, {a.sent.bytes / 2**20:.0f} MiB, "
+                        f"{a.sent.connections} conns, {a.addresses} addr"
+                        for a in attacks
+                    )
+                    print(
+                        f"{row:<46} {res.given:>4}/{res.total:<4} {res.rank(0.5) * 1000:>8.0f} "
+                        f"{res.rank(0.99) * 1000:>8.0f} {rss:>8.0f}  {sent or '-'}"
+                        + (f"\n{'':<46} {extra}" if extra else ""),
+                        flush=True,
+                    )
+                finally:
+                    hook.stop()
+                    with contextlib.suppress(Exception):
+                        api.delete("/api/v1/namespaces/honest/pods")
+        finally:
+            with contextlib.suppress(Exception):
+                api.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--baseline", type=Path, help="another checkout, measured in the same run")
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--profiles", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=12.0, help="seconds of honest pods per row (20 a second)")
+    ap.add_argument("--row", action="append", help="run only the rows whose name holds this (repeatable)")
+    args = ap.parse_args()
+    rows = [r for r in ROWS if not args.row or any(o in r for o in args.row)]
+    cp = setup(args.nodes, args.profiles)
+    try:
+        for run, tree in enumerate([ROOT, *([args.baseline] if args.baseline else [])]):
+            run_tree(tree.resolve(), cp, rows, args.seconds, args.nodes, run)
+    finally:
+        cp.stop()
+
+
+if __name__ == "__main__":
+    main()
