@@ -440,6 +440,26 @@ def setup(nodes: int, profiles: int) -> ControlPlane:
             },
             "bench",
         )
+    # The tenants' service accounts may create pods (the bench impersonates them).
+    api.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "bench-pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}],
+        },
+        "bench",
+    )
+    api.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "bench-pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-pods"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts"}],
+        },
+        "bench",
+    )
     for ns, tenant in [("honest", "honest"), *((f"evil-{k}", "evil") for k in range(8))]:
         labels = {"kube-headroom.dev/mode": "managed", TENANT_LABEL: tenant}
         api.post(

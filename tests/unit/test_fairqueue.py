@@ -128,6 +128,27 @@ def test_more_identities_do_not_give_a_tenant_more_turns():
         q.stop()
 
 
+def test_a_flooding_tenant_never_holds_the_last_worker():
+    """Four workers, a tenant with ten reviews waiting whose decisions do not end: it runs
+    three at a time, and another tenant's review starts at once on the fourth instead of
+    waiting for a costly decision to end (before, the flood held every worker)."""
+    gate, res = Gate(), Results()
+    q = FairQueue(gate, workers=4, cpu=gate.cpu)
+    try:
+        for i in range(10):
+            q.submit(res.job(f"flood-{i}", tenant="mallory"))
+        wait_started(gate, 3)
+        time.sleep(0.1)
+        assert len(gate.started) == 3, gate.started
+        q.submit(res.job("honest", tenant="bob"))
+        wait_started(gate, 4)
+        assert gate.started[3] == "honest"
+        gate.release.set()
+        res.wait(11)
+    finally:
+        q.stop()
+
+
 def test_an_honest_burst_on_an_idle_queue_is_decided_whole():
     """256 reviews of one ReplicaSet at once, each decided in about a millisecond, the API
     server waiting 2 s: every one is decided, none shed (a bound of 16 waiting per requester

@@ -10,8 +10,11 @@ with an estimate when one starts, corrected with the measured time when it ends)
 takes the next review of the waiting flow whose clock is lowest (start-time fair queuing),
 and a flow that starts waiting again joins at the clock of the decision begun last, so an
 idle tenant banks no credit. A tenant sending the costliest reviews the budget still decides gets the same
-CPU as one sending cheap ones; its own reviews wait longer. DIRECT is charged
-`direct_weight` times what it takes and runs at most one decision at a time.
+CPU as one sending cheap ones; its own reviews wait longer. Decisions are not preempted,
+so the last free worker is kept for a flow with no decision running: a tenant flooding the
+queue holds at most all workers but one, and another tenant's review starts at once.
+DIRECT is charged `direct_weight` times what it takes and runs at most one decision at a
+time.
 
 A review is shed ("allowed, no patch": the pod is admitted unchanged, and the controller
 sets its limit once it is bound) only when it cannot be answered in time:
@@ -223,8 +226,11 @@ class FairQueue:
             flow = self.flows.get(name)
             if flow is None or not flow.jobs or entry[2] != flow.version:
                 continue  # stale: the flow emptied, or was pushed again with its new clock
-            if name == DIRECT and flow.running:
-                deferred.append(entry)  # one direct decision at a time
+            if flow.running and (name == DIRECT or self.running >= self.workers - 1 > 0):
+                # One direct decision at a time; and the last free worker is kept for a
+                # tenant with none running, so a new tenant's review never waits for a
+                # costly one to end (decisions are not preempted).
+                deferred.append(entry)
                 continue
             job = self._pop(flow)
             self.vtime = max(self.vtime, flow.clock)
