@@ -337,6 +337,7 @@ class Webhook:
     port: int
     proc: subprocess.Popen[bytes] | None = None
     health: int = 0
+    metrics: int = 0
     log: Path = field(default_factory=lambda: Path(tempfile.mktemp(prefix="bench-webhook-", suffix=".log")))
 
     def flags(self) -> list[str]:
@@ -353,7 +354,7 @@ class Webhook:
         return {**os.environ, "PYTHONPATH": str(self.tree / "controller")}
 
     def start(self) -> None:
-        self.health = free_port()
+        self.health, self.metrics = free_port(), free_port()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -368,7 +369,7 @@ class Webhook:
                     "--port",
                     str(self.port),
                     "--metrics-port",
-                    "0",
+                    str(self.metrics),
                     "--health-port",
                     str(self.health),
                     "--log-level",
@@ -390,6 +391,22 @@ class Webhook:
             assert self.proc.poll() is None, self.log.read_text()[-2000:]
             assert time.monotonic() < deadline, "the webhook never became ready"
             time.sleep(0.5)
+
+    def results(self) -> str:
+        """Its reviews by result (headroom_webhook_requests_total), as `result=count`."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out, total, count = [], 0.0, 0.0
+        for line in text.splitlines():
+            if line.startswith('headroom_webhook_requests_total{result="'):
+                result = line.split('"')[1]
+                out.append(f"{result}={float(line.rsplit(' ', 1)[1]):.0f}")
+            elif line.startswith("headroom_webhook_duration_seconds_sum"):
+                total = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("headroom_webhook_duration_seconds_count"):
+                count = float(line.rsplit(" ", 1)[1])
+        mean = f", {total / count * 1000:.0f} ms each on average in the webhook" if count else ""
+        return " ".join(out) + mean
 
     def peak_rss(self) -> float:
         assert self.proc is not None
@@ -549,6 +566,11 @@ def replica_set(cp: ControlPlane, name: str, replicas: int) -> tuple[int, int, f
 def run_tree(tree: Path, cp: ControlPlane, rows: list[str], seconds: float, nodes: int, run: int) -> None:
     api = cp.api()
     knows_tenancy = "tenancy" in (tree / "controller" / "headroom" / "api" / "models.py").read_text()
+    # The tree's own CRDs and a HeadroomConfig made anew under them: a field one tree's schema
+    # defaults (spec.tenancy) is one another tree's model refuses.
+    install_crds(api, tree)
+    with contextlib.suppress(Exception):
+        api.delete("/apis/kube-headroom.dev/v1alpha1/headroomconfigs/cluster")
     spec: dict = {"dryRun": False}
     if knows_tenancy:
         spec["tenancy"] = {"tenantLabel": TENANT_LABEL}
@@ -601,9 +623,11 @@ def run_tree(tree: Path, cp: ControlPlane, rows: list[str], seconds: float, node
                     rss = hook.peak_rss()
                     for a in attacks:
                         a.end()
+                    with contextlib.suppress(OSError):
+                        extra = (extra + "; " if extra else "") + f"webhook answers: {hook.results()}"
                     sent = "; ".join(
                         f"{a.name if len(attacks) > 1 else ''}{' ' if len(attacks) > 1 else ''}"
-                        f"{a.sent.requests}/{a.sent.failed}, {a.sent.bytes / 2**20:.0f} MiB, "
+                        f"{a.sent.requests}/{a.sent.failed}, {a.sent.bytes / 2**20:.1f} MiB, "
                         f"{a.sent.connections} conns, {a.addresses} addr"
                         for a in attacks
                     )

@@ -222,12 +222,13 @@ def register_webhook(api: Api, name: str, port: int, ca: bytes | None) -> None:
 CONTROLLER_TOKEN = "headroom-test-controller-token"
 
 
-def install_crds(api: Api) -> list[str]:
-    """Install crds/ and wait until the server serves both kinds; their names."""
+def install_crds(api: Api, root: Path | None = None) -> list[str]:
+    """Install crds/ (of this checkout, or of the checkout at `root`) and wait until the
+    server serves both kinds; their names."""
     from ruamel.yaml import YAML
 
     names = []
-    for path in sorted((Path(__file__).resolve().parents[2] / "crds").glob("*.yaml")):
+    for path in sorted((root or Path(__file__).resolve().parents[2]).joinpath("crds").glob("*.yaml")):
         crd = YAML(typ="safe").load(path.read_text())
         api.apply(crd, "headroom-tests")
         names.append(crd["metadata"]["name"])

@@ -13,8 +13,9 @@ idle tenant banks no credit. A tenant sending the costliest reviews the budget s
 CPU as one sending cheap ones; its own reviews wait longer. Decisions are not preempted,
 so the last free worker is kept for a flow with no decision running: a tenant flooding the
 queue holds at most all workers but one, and another tenant's review starts at once.
-DIRECT is charged `direct_weight` times what it takes and runs at most one decision at a
-time.
+DIRECT (every client that is not the API server, together) runs at most one decision at
+a time and uses at most `direct_share` of a worker: after a decision of c CPU seconds it
+starts none for c x (1 / direct_share - 1) seconds.
 
 A review is shed ("allowed, no patch": the pod is admitted unchanged, and the controller
 sets its limit once it is bound) only when it cannot be answered in time:
@@ -113,7 +114,7 @@ class FairQueue:
         flow_bytes: int = 32 * 1024 * 1024,
         total_bytes: int = 128 * 1024 * 1024,
         direct_bytes: int = 16 * 1024 * 1024,
-        direct_weight: float = 4.0,
+        direct_share: float = 0.1,
         said_once: Callable[[str], bool] = lambda key: True,
         name: str = "webhook-decide",
         clock: Callable[[], float] = time.monotonic,
@@ -121,7 +122,8 @@ class FairQueue:
     ) -> None:
         self.decide, self.said_once, self.clock, self.cpu = decide, said_once, clock, cpu
         self.flow_bytes, self.total_bytes, self.direct_bytes = flow_bytes, total_bytes, direct_bytes
-        self.direct_weight = direct_weight
+        self.direct_share = direct_share
+        self.direct_after = 0.0  # clock() before which no direct decision starts
         self.workers = workers
         self.flows: dict[str, _Flow] = {}
         self._ready: list[tuple[float, int, int, str]] = []  # (clock, seq, version, flow): lowest clock first
@@ -226,15 +228,17 @@ class FairQueue:
             flow = self.flows.get(name)
             if flow is None or not flow.jobs or entry[2] != flow.version:
                 continue  # stale: the flow emptied, or was pushed again with its new clock
-            if flow.running and (name == DIRECT or self.running >= self.workers - 1 > 0):
-                # One direct decision at a time; and the last free worker is kept for a
-                # tenant with none running, so a new tenant's review never waits for a
-                # costly one to end (decisions are not preempted).
+            if (name == DIRECT and (flow.running or self.clock() < self.direct_after)) or (
+                flow.running and self.running >= self.workers - 1 > 0
+            ):
+                # Direct clients: one decision at a time, within their share. And the last
+                # free worker is kept for a tenant with none running, so a new tenant's
+                # review never waits for a costly one to end (decisions are not preempted).
                 deferred.append(entry)
                 continue
             job = self._pop(flow)
             self.vtime = max(self.vtime, flow.clock)
-            job.charged = flow.cost * (self.direct_weight if name == DIRECT else 1.0)
+            job.charged = flow.cost
             flow.clock += job.charged
             flow.running += 1
             self.running += 1
@@ -255,7 +259,9 @@ class FairQueue:
                     job = self._next() if self.waiting else None
                     if job is not None:
                         break
-                    self.cond.wait()
+                    direct = self.flows.get(DIRECT)
+                    later = self.direct_after - self.clock() if direct is not None and direct.jobs else 0.0
+                    self.cond.wait(later if later > 0 else None)  # a direct review's turn comes by time
                 if self.stopped:
                     return
             assert job is not None
@@ -287,8 +293,9 @@ class FairQueue:
             beside = (job.beside + self.running) / 2  # decisions that ran side by side with it
             self.running -= 1
             if cpu_used > 0:
-                weight = self.direct_weight if job.tenant == DIRECT else 1.0
-                flow.clock += cpu_used * weight - job.charged
+                flow.clock += cpu_used - job.charged
+                if job.tenant == DIRECT:
+                    self.direct_after = self.clock() + cpu_used * (1 / self.direct_share - 1)
                 flow.cost = 0.7 * flow.cost + 0.3 * cpu_used
                 self.cost = 0.9 * self.cost + 0.1 * cpu_used
                 # A decision that took `wall` seconds for `cpu_used` of CPU while `beside`

@@ -174,7 +174,7 @@ BODY_TIMEOUT = 1.0  # a body not read by then gets 408: well inside the API serv
 # Worker threads deciding reviews (webhook/fairqueue.py): a costly decision shares the CPU
 # with a few others instead of holding the event loop (reading, TLS, answers) for its length;
 # more threads than this only share the same cores under the GIL.
-WORKERS = 4
+WORKERS = 2
 # Parsed reviews waiting for a decision (counted as PARSED_FACTOR x their bodies): what one
 # tenant may hold (a full-size review and hundreds of ordinary ones: a 256-pod burst holds
 # about 12 MiB), what all together may, and what every direct poster together may.
