@@ -171,9 +171,12 @@ def review_response(review: dict[str, Any], sources: Sources) -> tuple[dict[str,
 MAX_BODY = 3 * 1024 * 1024  # the API server's own limit on an object is 3 MiB
 HANDSHAKE_TIMEOUT = 5.0  # a client that opens a socket and says nothing is dropped after this
 BODY_TIMEOUT = 1.0  # a body not read by then gets 408: well inside the API server's 2 s timeout
-# Worker threads deciding reviews (webhook/fairqueue.py): a costly decision shares the CPU
-# with a few others instead of holding the event loop (reading, TLS, answers) for its length;
-# more threads than this only share the same cores under the GIL.
+# Worker threads deciding reviews (webhook/fairqueue.py), off the event loop that reads and
+# answers them: one for a tenant that floods the queue, one kept for the others. Under the
+# interpreter lock more threads add no throughput and take time from the event loop:
+# through the real API server, beside 64 service accounts sending the costliest reviews, 4
+# workers left the honest tenant 130 of 240 pods given their limit, 2 gave all 240
+# (tests/bench/bench_admission_api.py, docs/performance.md).
 WORKERS = 2
 # Parsed reviews waiting for a decision (counted as PARSED_FACTOR x their bodies): what one
 # tenant may hold (a full-size review and hundreds of ordinary ones: a 256-pod burst holds
