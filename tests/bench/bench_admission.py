@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import json
 import math
-import multiprocessing
 import os
 import resource
 import socket
@@ -29,7 +28,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +35,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "controller")]
 
+from bench.attackers import Attackers  # noqa: E402
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from  # noqa: E402
 from headroom.core.params import Resolver, Settings  # noqa: E402
 from headroom.core.records import Namespace, Node, node_from_dict  # noqa: E402
@@ -201,72 +200,38 @@ def _post_head(length: int) -> bytes:
     )
 
 
-class Attack:
-    """A hostile tenant's traffic: `threads` threads in a process of its own (so that the
-    attackers' work does not delay the honest client's own measurements), until `stop`."""
+def counted(body: Callable[[Attackers, int], None]) -> Callable[[Attackers, int], None]:
+    """`body`, each call that returns counted as one attack request completed."""
 
-    def __init__(self, name: str, threads: int, body: Callable[[Attack, int], None]) -> None:
-        self.name, self.threads, self.body = name, threads, body
-        self.stop = multiprocessing.Event()
-        self.port = self.metrics_port = 0
-        self.ca = b""
-        self.counted = multiprocessing.Value("l", 0)  # attack requests completed
-        self.process: multiprocessing.Process | None = None
+    def run(a: Attackers, i: int) -> None:
+        body(a, i)
+        a.count(requests=1)
 
-    @property
-    def sent(self) -> int:
-        return int(self.counted.value)
-
-    def start(self, port: int, metrics_port: int, ca: bytes) -> None:
-        self.port, self.metrics_port, self.ca = port, metrics_port, ca
-        self.stop.clear()
-        self.process = multiprocessing.get_context("fork").Process(target=self._run, daemon=True)
-        self.process.start()
-
-    def end(self) -> None:
-        self.stop.set()
-        if self.process is not None:
-            self.process.join(15)
-            if self.process.is_alive():
-                self.process.kill()
-
-    def _run(self) -> None:
-        threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(self.threads)]
-        for t in threads:
-            t.start()
-        self.stop.wait()
-        for t in threads:
-            t.join(10)
-
-    def _loop(self, i: int) -> None:
-        while not self.stop.is_set():
-            try:
-                self.body(self, i)
-                with self.counted.get_lock():
-                    self.counted.value += 1
-            except (OSError, IndexError, ValueError):
-                self.stop.wait(0.01)
+    return run
 
 
-def costly(a: Attack, i: int) -> None:
+def costly(a: Attackers, i: int) -> None:
     """The costliest review still decided: a required node affinity whose every term each
     node is checked against, every node a candidate, as many terms as the placement budget
     allows at this node count. Posted as the API server would (from its address)."""
-    post_review(a.port, COSTLY, a.ca, timeout=10)
+    post_review(a.env["port"], COSTLY, a.env["ca"], timeout=10)
 
 
-def abandoned(a: Attack, i: int) -> None:
+def abandoned(a: Attackers, i: int) -> None:
     """A review sent and its connection closed at once (as the API server does past its
     timeout): nothing should be decided for it."""
-    with socket.create_connection(("127.0.0.1", a.port), timeout=5) as raw, _tls(a.ca).wrap_socket(raw) as tls:
+    with (
+        socket.create_connection(("127.0.0.1", a.env["port"]), timeout=5) as raw,
+        _tls(a.env["ca"]).wrap_socket(raw) as tls,
+    ):
         tls.sendall(_post_head(len(COSTLY)) + COSTLY)
 
 
-def trickled(a: Attack, i: int) -> None:
+def trickled(a: Attackers, i: int) -> None:
     """A 3 MB body sent 64 KiB every 10 ms from one of 16 tenant pods, until the server
     closes it (the bounds) or all of it is sent."""
-    raw = _from(_pod(i), a.port, 5)
-    with raw, _tls(a.ca).wrap_socket(raw) as tls:
+    raw = _from(_pod(i), a.env["port"], 5)
+    with raw, _tls(a.env["ca"]).wrap_socket(raw) as tls:
         tls.sendall(_post_head(3_000_000))
         for _ in range(3_000_000 // 65536 - 1):
             if a.stop.is_set():
@@ -275,38 +240,38 @@ def trickled(a: Attack, i: int) -> None:
             time.sleep(0.01)
 
 
-def unread(a: Attack, i: int) -> None:
+def unread(a: Attackers, i: int) -> None:
     """A review of a pod of 17,000 containers (2.9 MiB, answered with a 2.4 MiB patch), its
     answer never read, sent straight from one of 16 tenant pods."""
-    raw = _from(_pod(i), a.port, 30)
-    tls = _tls(a.ca).wrap_socket(raw)
+    raw = _from(_pod(i), a.env["port"], 30)
+    tls = _tls(a.env["ca"]).wrap_socket(raw)
     tls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     tls.sendall(_post_head(len(HUGE)) + HUGE)
     a.stop.wait(3)  # holds the connection, reading nothing
     tls.close()
 
 
-def scrape(a: Attack, i: int) -> None:
-    with _from(_pod(i), a.metrics_port, 5) as s:
+def scrape(a: Attackers, i: int) -> None:
+    with _from(_pod(i), a.env["metrics_port"], 5) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         while s.recv(65536):
             pass
 
 
-def silent(a: Attack, i: int) -> None:
+def silent(a: Attackers, i: int) -> None:
     """TCP connections from 16 tenant pods that never start their handshake: 100 per
     thread, renewed as closed."""
     held = []
     with contextlib.ExitStack() as stack:
         for _ in range(100):
-            held.append(stack.enter_context(_from(_pod(i), a.port, 5)))
+            held.append(stack.enter_context(_from(_pod(i), a.env["port"], 5)))
         a.stop.wait(2)
 
 
-def burst(a: Attack, i: int) -> None:
+def burst(a: Attackers, i: int) -> None:
     """Ordinary pods of another requester, from 64 clients at once, nonstop (each on a new
     TLS connection, as no API server does: it keeps its connections)."""
-    post_review(a.port, ORDINARY_BODY, a.ca, timeout=10)
+    post_review(a.env["port"], ORDINARY_BODY, a.env["ca"], timeout=10)
 
 
 COSTLY = b""
@@ -314,17 +279,17 @@ HUGE = b""
 ORDINARY_BODY = b""
 
 ATTACKS = [
-    Attack("small costly flood (32 clients)", 32, costly),
-    Attack("abandoned reviews (32 clients)", 32, abandoned),
-    Attack("trickled 3 MB bodies (16 pods)", 16, trickled),
-    Attack("unread 2.9 MiB answers (16 pods)", 16, unread),
-    Attack("scrape flood (16 pods)", 16, scrape),
-    Attack("handshake flood (1,500 conns, 16 pods)", 15, silent),
-    Attack("ordinary pods, 64 clients nonstop", 64, burst),
+    Attackers("small costly flood (32 clients)", 32, counted(costly)),
+    Attackers("abandoned reviews (32 clients)", 32, counted(abandoned)),
+    Attackers("trickled 3 MB bodies (16 pods)", 16, counted(trickled), 16),
+    Attackers("unread 2.9 MiB answers (16 pods)", 16, counted(unread), 16),
+    Attackers("scrape flood (16 pods)", 16, counted(scrape), 16),
+    Attackers("handshake flood (1,500 conns, 16 pods)", 15, counted(silent), 16),
+    Attackers("ordinary pods, 64 clients nonstop", 64, counted(burst)),
 ]
 
 
-def attack_row(attack: Attack | None, nodes: int, profiles: int, window: float, ca: bytes, cert_dir: str) -> str:
+def attack_row(attack: Attackers | None, nodes: int, profiles: int, window: float, ca: bytes, cert_dir: str) -> str:
     port, metrics_port = _free_port(), _free_port()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(port), str(metrics_port), cert_dir, str(nodes), str(profiles)],
@@ -337,7 +302,7 @@ def attack_row(attack: Attack | None, nodes: int, profiles: int, window: float, 
         honest = json.dumps(review(0)).encode()
         post_review(port, honest, ca)  # warm: the first decision builds the settings cache
         if attack is not None:
-            attack.start(port, metrics_port, ca)
+            attack.start({"port": port, "metrics_port": metrics_port, "ca": ca})
             time.sleep(1.0)  # the attack under way
         sends = int(window / 0.05)
         start = time.monotonic() + 0.05
@@ -368,7 +333,7 @@ def attack_row(attack: Attack | None, nodes: int, profiles: int, window: float, 
         p50 = ranked[max(0, math.ceil(0.5 * len(ranked)) - 1)] * 1000
         p99 = ranked[max(0, math.ceil(0.99 * len(ranked)) - 1)] * 1000
         name = attack.name if attack is not None else "baseline (no attack)"
-        sent = f"{attack.sent:>7}" if attack is not None else f"{'-':>7}"
+        sent = f"{attack.sent.requests:>7}" if attack is not None else f"{'-':>7}"
         return f"{name:<38} {p50:>8.1f} {p99:>8.1f} {timeouts:>5}/{sends:<4} {rss:>8.0f} {sent}"
     finally:
         with contextlib.suppress(OSError):

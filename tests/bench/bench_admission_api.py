@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import json
 import math
-import multiprocessing
 import os
 import socket
 import ssl
@@ -60,6 +59,7 @@ import urllib3
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "controller")]
 
+from bench.attackers import Attackers  # noqa: E402
 from headroom.webhook.certs import issue  # noqa: E402
 from headroom.webhook.mutation import PLACEMENT_BUDGET  # noqa: E402
 from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
@@ -114,73 +114,11 @@ def costliest_affinity(nodes: int) -> dict:
 
 
 # --- attacks ------------------------------------------------------------------------------------
-@dataclass
-class Sent:
-    requests: int = 0
-    failed: int = 0
-    bytes: int = 0
-    connections: int = 0
-
-
-class Attack:
-    """Threads in a process of their own (so the attackers' work does not delay the honest
-    client's measurements), each running `body(attack, i)` until told to stop; what they
-    sent is counted in shared memory."""
-
-    def __init__(self, name: str, threads: int, body: Callable[[Attack, int], None], addresses: int) -> None:
-        self.name, self.threads, self.body, self.addresses = name, threads, body, addresses
-        ctx = multiprocessing.get_context("fork")
-        self.stop = ctx.Event()
-        self.counts = ctx.Array("q", 4)  # requests, failed, bytes, connections
-        self.process: multiprocessing.process.BaseProcess | None = None
-        self.env: dict = {}
-
-    def count(self, requests: int = 0, failed: int = 0, sent: int = 0, connections: int = 0) -> None:
-        with self.counts.get_lock():
-            for i, v in enumerate((requests, failed, sent, connections)):
-                self.counts[i] += v
-
-    @property
-    def sent(self) -> Sent:
-        return Sent(*self.counts[:])
-
-    def start(self, env: dict) -> None:
-        self.env = env
-        self.stop.clear()
-        for i in range(4):
-            self.counts[i] = 0
-        self.process = multiprocessing.get_context("fork").Process(target=self._run, daemon=True)
-        self.process.start()
-
-    def end(self) -> None:
-        self.stop.set()
-        if self.process is not None:
-            self.process.join(20)
-            if self.process.is_alive():
-                self.process.kill()
-
-    def _run(self) -> None:
-        threads = [threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(self.threads)]
-        for t in threads:
-            t.start()
-        self.stop.wait()
-        for t in threads:
-            t.join(10)
-
-    def _loop(self, i: int) -> None:
-        while not self.stop.is_set():
-            try:
-                self.body(self, i)
-            except (OSError, ValueError, urllib3.exceptions.HTTPError):
-                self.count(failed=1)
-                self.stop.wait(0.05)
-
-
-def dry_run_tenant(accounts: int, namespaces: int) -> Callable[[Attack, int], None]:
+def dry_run_tenant(accounts: int, namespaces: int) -> Callable[[Attackers, int], None]:
     """Dry-run creates of the costliest decided pod, thread i as service account i % accounts
     of namespace (i % accounts) % namespaces, one kept-alive connection each."""
 
-    def body(a: Attack, i: int) -> None:
+    def body(a: Attackers, i: int) -> None:
         k = i % accounts
         ns = f"evil-{k % namespaces}"
         client = Client(a.env["cp"], f"system:serviceaccount:{ns}:sa-{k}", 1)
@@ -216,7 +154,7 @@ def _head(length: int) -> bytes:
     )
 
 
-def silent(a: Attack, i: int) -> None:
+def silent(a: Attackers, i: int) -> None:
     """TCP connections that never start their handshake, from address i % 16: 1,500 in all
     across the threads, each renewed as the server closes it."""
     held: list[socket.socket] = []
@@ -247,7 +185,7 @@ def _closed(s: socket.socket) -> bool:
         return True
 
 
-def trickled(a: Attack, i: int) -> None:
+def trickled(a: Attackers, i: int) -> None:
     """Headers for a 3 MB body, then 64 KiB every 10 ms until the server closes it (the
     bounds), from address i % 16."""
     with _from(DIRECT[i % 16], a.env["port"], 5) as raw, _tls(a.env["ca"]).wrap_socket(raw) as tls:
@@ -262,7 +200,7 @@ def trickled(a: Attack, i: int) -> None:
     a.count(requests=1)
 
 
-def unread(a: Attack, i: int) -> None:
+def unread(a: Attackers, i: int) -> None:
     """A review of a pod of 17,000 containers (2.9 MiB; its answer a 2.4 MiB patch), its
     answer never read, from address i % 16; a new one when the server cuts it."""
     raw = _from(DIRECT[i % 16], a.env["port"], 30)
@@ -299,20 +237,20 @@ TENANT_ROWS = {
 }
 
 
-def attacks_of(row: str) -> list[Attack]:
+def attacks_of(row: str) -> list[Attackers]:
     if row in TENANT_ROWS:
         threads, body = TENANT_ROWS[row]
-        return [Attack(row, threads, body, 1)]
+        return [Attackers(row, threads, body, 1)]
     direct = {
-        "direct: 1,500 silent conns, 16 addresses": Attack("silent", 16, silent, 16),
-        "direct: trickled 3 MB bodies, 16 addresses": Attack("trickled", 16, trickled, 16),
-        "direct: unread 2.9 MiB answers, 16 addresses": Attack("unread", 16, unread, 16),
+        "direct: 1,500 silent conns, 16 addresses": Attackers("silent", 16, silent, 16),
+        "direct: trickled 3 MB bodies, 16 addresses": Attackers("trickled", 16, trickled, 16),
+        "direct: unread 2.9 MiB answers, 16 addresses": Attackers("unread", 16, unread, 16),
     }
     if row in direct:
         return [direct[row]]
     if row == "all at once":
         threads, body = TENANT_ROWS["dry-run costliest, 64 SAs in 8 ns"]
-        return [Attack("tenant", threads, body, 1), *(attacks_of(name)[0] for name in direct)]
+        return [Attackers("tenant", threads, body, 1), *(attacks_of(name)[0] for name in direct)]
     return []
 
 

@@ -57,6 +57,16 @@ def crds_installed(api: Api) -> list[str]:
 @pytest.fixture
 def namespace(api: Api) -> Iterator[str]:
     """A fresh namespace labelled managed; deleted afterwards."""
+    yield from _managed_namespace(api)
+
+
+@pytest.fixture
+def other_namespace(api: Api) -> Iterator[str]:
+    """Another one, for a second tenant."""
+    yield from _managed_namespace(api)
+
+
+def _managed_namespace(api: Api) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     api.post(
         "/api/v1/namespaces",
