@@ -274,9 +274,18 @@ class _Guarded(asyncio.Protocol):
             g.wake()
 
     def hold(self) -> None:
-        """Read no more of this request until it fits (backpressure: the client waits)."""
+        """Read no more of this request until it fits (backpressure: the client waits),
+        said once a minute."""
         self.held = []
-        self.guard.waiting[self] = None
+        g = self.guard
+        g.waiting[self] = None
+        quiet = g.said.due("hold")
+        if quiet is not None:
+            log.warning(
+                "a request of the API server's waits, unread, for earlier ones to be answered: the request bytes "
+                "being read are at their bound",
+                extra={"server": g.name, "waiting": len(g.waiting), "also_held_since_last_said": quiet},
+            )
         if self.transport is not None:
             self.transport.pause_reading()  # type: ignore[attr-defined]
 

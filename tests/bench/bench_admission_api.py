@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -278,7 +279,9 @@ class Webhook:
     metrics: int = 0
     log: Path = field(default_factory=lambda: Path(tempfile.mktemp(prefix="bench-webhook-", suffix=".log")))
 
+    @functools.cached_property
     def flags(self) -> list[str]:
+        """`--api-server-cidr` for the test API server's address, where the tree knows it."""
         help_text = subprocess.run(
             [sys.executable, "-m", "headroom", "webhook", "--help"],
             env=self.env(),
@@ -312,7 +315,7 @@ class Webhook:
                     str(self.health),
                     "--log-level",
                     "warning",
-                    *self.flags(),
+                    *self.flags,
                 ],
                 env=self.env(),
                 stdout=out,

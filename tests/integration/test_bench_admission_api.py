@@ -29,3 +29,12 @@ def test_the_admission_benchmark_through_the_api_server_runs_at_small_size():
     given, total = printed[0].split()[3].split("/")
     assert given == total and int(total) == 60, printed[0]  # 3 s at 20 pods a second, every one given its limit
     assert "ReplicaSet: 64/64 pods given their limit" in r.stdout, r.stdout
+    # Each attack really ran: the tenant's dry-runs were answered through the API server and
+    # reached the webhook, and the silent connections were made from 16 addresses.
+    tenant, silent = printed[1], printed[3]
+    answered = int(tenant.split("  ")[-1].split("/")[0].split()[-1])
+    assert answered > 0, tenant
+    webhook = lines[lines.index(tenant) + 1]
+    answers = sum(int(kv.split("=")[1]) for kv in webhook.split(":", 1)[1].split(",")[0].split())
+    assert answers > 60 + answered // 2, webhook  # the honest pods' reviews and most of the tenant's reached it
+    assert "conns, 16 addr" in silent and int(silent.rsplit(" conns", 1)[0].split()[-1]) > 1000, silent

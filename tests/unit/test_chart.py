@@ -388,6 +388,13 @@ def test_the_api_servers_cidrs_reach_the_webhook_and_are_checked():
         "--api-server-cidr=10.0.0.0/24",
         "--api-server-cidr=192.168.1.5/32",
     ]
+    # The rendered arguments, as `headroom` parses them: the webhook takes both.
+    from headroom.commands.arguments import parser
+
+    assert parser().parse_args(args).api_server_cidr == ["10.0.0.0/24", "192.168.1.5/32"]
+    # A CIDR the process would refuse is refused at its start, naming it.
+    with pytest.raises(SystemExit):
+        parser().parse_args([*args, "--api-server-cidr=10.0.0.300/8"])
 
 
 def test_one_replica_gets_no_disruption_budget_and_a_priority_class_can_be_named():

@@ -84,10 +84,6 @@ class ApiServerPeers:
     def known(self) -> bool:
         return bool(self.networks or self.addresses)
 
-    def count(self) -> int:
-        """Addresses and CIDRs known to be the API server's (0: unknown, every client trusted)."""
-        return len(self.networks) + len(self.addresses)
-
     def __call__(self, address: str) -> bool:
         if not self.known:
             return True
