@@ -9,11 +9,16 @@ import sys
 DEFAULT_GC = gc.get_threshold()
 
 # The webhook's event loop (TLS, reading bodies, writing answers) and its decision threads
-# share one GIL. At Python's default 5 ms, a thread deciding a pod of thousands of
-# containers kept the loop waiting long enough that an ordinary review beside a flood of
-# such pods waited 0.38-0.8 s (tests/bench/bench_admission.py, "unread answers"); at 1 ms,
-# 0.25-0.28 s. An ordinary decision costs the same either way.
-SWITCH_INTERVAL = 0.001
+# share one GIL. The loop makes a system call for every accept, read, write and close, and
+# gives the GIL up for each: it then waits up to a switch interval to get it back from a
+# thread deciding a costly pod. At Python's default 5 ms an ordinary review beside a flood of
+# 17,000-container pods waited 0.38-0.8 s (tests/bench/bench_admission.py, "unread answers");
+# at 1 ms, 0.25-0.28 s. With every attack at once through the real API server (a costly
+# tenant on one decision worker, 20,000+ connections refused and 250 MiB of direct posters'
+# bodies: tests/bench/bench_admission_api.py), the honest tenant's creates took p50 4.7 s at
+# 1 ms, 0.71 s at 0.2 ms and 0.55 s at 0.05 ms (one run each). An ordinary decision costs
+# about the same either way.
+SWITCH_INTERVAL = 0.00005  # 50 µs
 
 
 def tune_gc() -> None:

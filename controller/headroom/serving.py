@@ -27,8 +27,13 @@ served; small requests keep their reserve), and its connections are counted per 
 against `max_per_client`. Every other client is a direct poster: all of them together
 hold at most `max_direct_connections` connections (a new one past it takes the place of
 the pool's oldest that is not being answered) and `max_direct_bytes` of request bytes,
-and start at most `direct_handshakes_per_second` TLS handshakes, whatever the number of
+start at most `direct_handshakes_per_second` TLS handshakes, and are read at
+`direct_read_bytes_per_second` (past it their reading pauses), whatever the number of
 their addresses.
+
+The guard decides on a connection when it is accepted, from its address alone, before
+asyncio makes a transport or aiohttp a handler for it: a flood of connections to be
+refused costs an accept and a close each.
 
 The soft open-file limit is raised to the hard one when the first server starts, and
 accept failures (out of file descriptors) are logged once a minute, not once per try.
@@ -42,6 +47,7 @@ import contextlib
 import logging
 import re
 import resource
+import socket
 import ssl
 import threading
 import time
@@ -64,6 +70,7 @@ def _content_length(head: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
+ACCEPT_BATCH = 256  # connections accepted in one turn of the loop (the listening backlog)
 SMALL_REQUEST = 64 * 1024  # a request this size or less may use the small-request reserve
 
 
@@ -82,6 +89,7 @@ class Limits:
     max_direct_connections: int = 64
     max_direct_bytes: int = 4 * 1024 * 1024
     direct_handshakes_per_second: float = 20.0
+    direct_read_bytes_per_second: float = 4 * 1024 * 1024
 
 
 DIRECT_POOL = "\x00direct"  # the pool of every client a server given `trusted` does not trust
@@ -119,6 +127,13 @@ class _Bucket:
         self.tokens -= 1
         return True
 
+    def spend(self, amount: float) -> float:
+        """Take `amount`, into debt if need be: the seconds until the debt is paid (0 when none)."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate) - amount
+        self.at = now
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
 
 class _Guard:
     """Shared bookkeeping of one server's connections (event loop thread only)."""
@@ -126,6 +141,7 @@ class _Guard:
     def __init__(self, limits: Limits, name: str, trusted: Callable[[str], bool] | None = None) -> None:
         self.limits, self.name, self.trusted = limits, name, trusted
         self.handshakes = _Bucket(limits.direct_handshakes_per_second, 2 * limits.direct_handshakes_per_second)
+        self.direct_reads = _Bucket(limits.direct_read_bytes_per_second, limits.direct_read_bytes_per_second)
         self.waiting: dict[_Guarded, None] = {}  # trusted requests held unread for room, oldest first
         self.owed = 0  # bytes trusted requests have declared and not yet sent
         self.by_client: dict[str, dict[_Guarded, None]] = {}  # per pool, insertion order: oldest first
@@ -136,17 +152,54 @@ class _Guard:
         self.responses = 0  # answer bytes not yet written
         self.said = _Every()
 
+    def admit(self, address: str) -> tuple[str, bool] | None:
+        """Whether a connection just accepted from `address` may stay: (its pool, whether
+        it is the API server's), or None when it is to be closed at once. Decided before
+        any transport, protocol or TLS state is made for it: a flood of connections to be
+        refused costs an accept and a close each. Makes room by closing the pool's oldest
+        connection not being answered, when there is one."""
+        if self.open >= self.limits.max_connections:
+            self.refuse(address, "too many connections")
+            return None
+        trusted = self.trusted is not None and self.trusted(address)
+        pool = DIRECT_POOL if self.trusted is not None and not trusted else address
+        if pool == DIRECT_POOL and not self.handshakes.take():
+            self.refuse(address, "clients that are not the API server open connections too fast")
+            return None
+        cap, why = (
+            (self.limits.max_direct_connections, "too many connections from clients that are not the API server")
+            if pool == DIRECT_POOL
+            else (self.limits.max_per_client, "too many connections from one address")
+        )
+        conns = self.by_client.get(pool)
+        if conns is not None and len(conns) >= cap:
+            oldest = next((c for c in conns if c.evictable()), None)  # insertion order: oldest first
+            if oldest is None:  # every one of them is being answered: refuse this one
+                self.refuse(address, why)
+                return None
+            self.shed(oldest, why)
+        return pool, trusted
+
+    def register(self, conn: _Guarded, address: str, pool: str, trusted: bool) -> None:
+        conn.address, conn.pool, conn.trusted = address, pool, trusted
+        self.by_client.setdefault(pool, {})[conn] = None
+        self.open += 1
+
+    def refuse(self, address: str, why: str) -> None:
+        """Log a connection closed for `why`, once a minute per reason."""
+        quiet = self.said.due(why)
+        if quiet is not None:
+            log.warning(
+                "connection closed: " + why,
+                extra={"server": self.name, "client": address, "also_closed_since_last_said": quiet},
+            )
+
     def conn(self, transport: asyncio.BaseTransport | None) -> _Guarded | None:
         return self.by_transport.get(id(transport)) if transport is not None else None
 
     def shed(self, conn: _Guarded, why: str) -> None:
         """Close `conn` for `why`, counted and logged once a minute per reason."""
-        quiet = self.said.due(why)
-        if quiet is not None:
-            log.warning(
-                "connection closed: " + why,
-                extra={"server": self.name, "client": conn.address, "also_closed_since_last_said": quiet},
-            )
+        self.refuse(conn.address or "", why)
         conn.close()
 
     # --- called by the server around a request --------------------------------------------
@@ -238,6 +291,9 @@ class _Guarded(asyncio.Protocol):
         self.trusted = True  # the API server's (backpressure, never closed for bytes)
         self.owed = 0  # bytes its request declared and has not sent yet (trusted only)
         self.held: list[bytes] | None = None  # data kept from aiohttp while its request waits for room
+        self.slowed: list[bytes] | None = (
+            None  # a direct poster's reading paused (the pool's byte rate): data kept back
+        )
 
     # --- the guard's checks -------------------------------------------------------------
     def close(self) -> None:
@@ -317,35 +373,10 @@ class _Guarded(asyncio.Protocol):
 
     # --- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        g = self.guard
         self.raw = transport
-        if g.open >= g.limits.max_connections:
-            g.shed(self, "too many connections")
+        if self.address is None:  # evicted between its accept and its transport
+            transport.abort()  # type: ignore[attr-defined]
             return
-        self.trusted = g.trusted is not None and g.trusted(address)
-        self.pool = DIRECT_POOL if g.trusted is not None and not self.trusted else address
-        if self.pool == DIRECT_POOL and not g.handshakes.take():
-            g.shed(self, "clients that are not the API server open connections too fast")
-            return
-        cap, why = (
-            (g.limits.max_direct_connections, "too many connections from clients that are not the API server")
-            if self.pool == DIRECT_POOL
-            else (g.limits.max_per_client, "too many connections from one address")
-        )
-        conns = g.by_client.setdefault(self.pool, {})
-        if len(conns) >= cap:
-            oldest = next((c for c in conns if c.evictable()), None)  # insertion order: oldest first
-            if oldest is None:  # every one of them is being answered: refuse this one
-                if not conns:
-                    del g.by_client[self.pool]
-                g.shed(self, why)
-                return
-            g.shed(oldest, why)
-        conns[self] = None
-        g.open += 1
-        self.address = address
         # The handshake's deadline (asyncio's own is the same); the header deadline starts after it.
         self._deadline(None if self.context is None else self.handshake)
         if self.context is None:
@@ -471,10 +502,45 @@ class _Guarded(asyncio.Protocol):
                 return
         if self.address is None:
             return
+        if self.pool == DIRECT_POOL and self._throttle(data):
+            return
         if not self.made:  # decrypted along with the handshake's end, before start_tls returned
             self.early.append(data)
             return
         self.inner.data_received(data)
+
+    def _throttle(self, data: bytes) -> bool:
+        """Direct posters together are read at `direct_read_bytes_per_second`: past it, this
+        connection's reading pauses until the pool's debt is paid, and its next bytes wait
+        undecrypted in the kernel. The event loop that reads the API server's reviews then
+        spends a bounded share of itself on theirs, however many connections they cycle.
+        True when `data` is kept back (aiohttp resumed reading meanwhile)."""
+        t = self.transport
+        if self.slowed is not None:
+            self.slowed.append(data)
+            if t is not None:
+                t.pause_reading()  # type: ignore[attr-defined]
+            return True
+        wait = self.guard.direct_reads.spend(len(data))
+        if wait > 0 and t is not None:
+            self.slowed = []
+            t.pause_reading()  # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_later(wait, self._unthrottle)
+        return False
+
+    def _unthrottle(self) -> None:
+        kept, self.slowed = self.slowed or [], None
+        for data in kept:
+            if self.address is None:
+                return
+            self.inner.data_received(data)
+        wait = self.guard.direct_reads.spend(sum(map(len, kept)))
+        t = self.transport
+        if wait > 0 and t is not None:
+            self.slowed = []
+            asyncio.get_running_loop().call_later(wait, self._unthrottle)
+        elif self.address is not None and self.held is None and t is not None and not t.is_closing():
+            t.resume_reading()  # type: ignore[attr-defined]
 
     def _over(self, coming: int) -> bool:
         """Over a bound with `coming` more bytes of this request: closed (True). A large
@@ -558,6 +624,8 @@ class LoopServer:
         self._stopped = threading.Event()
         self._error: BaseException | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks_connect: set[asyncio.Task[Any]] = set()  # kept referenced until they finish
+        self._listener: socket.socket
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -613,19 +681,52 @@ class LoopServer:
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        factory, guard, handshake = self._runner.server, self.guard, self.handshake_timeout
-        self._server = await self.loop.create_server(
-            # The context read at each accept: a reloaded certificate replaces it whole.
-            lambda: _Guarded(factory(), guard, self.context, handshake),
-            self.host,
-            self.port,
-            backlog=256,
-            reuse_address=True,
-        )
-        if self.port == 0:
-            self.port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        self._listener = socket.create_server((self.host, self.port), family=family, backlog=256)
+        self._listener.setblocking(False)
+        self.port = self._listener.getsockname()[1]
+        self.loop.add_reader(self._listener.fileno(), self._accept)
         if self.on_start is not None:
             self._tasks.append(self.loop.create_task(self.on_start()))
+
+    def _accept(self) -> None:
+        """Accept what the listening socket holds (at most its backlog a turn, as asyncio
+        does). The guard decides on each from its address alone; only a connection it keeps
+        gets a transport, an aiohttp handler and later its TLS state."""
+        guard, factory = self.guard, self._runner.server
+        assert factory is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:  # out of file descriptors or buffers: stop accepting for a second
+                self._loop_error(self.loop, {"message": "accept failed", "exception": exc})
+                self.loop.remove_reader(self._listener.fileno())
+                self.loop.call_later(1.0, self.loop.add_reader, self._listener.fileno(), self._accept)
+                return
+            address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            admitted = guard.admit(address)
+            if admitted is None:
+                sock.close()
+                continue
+            # The context read at each accept: a reloaded certificate replaces it whole.
+            conn = _Guarded(factory(), guard, self.context, self.handshake_timeout)
+            guard.register(conn, address, *admitted)
+            self._tasks_connect.add(self.loop.create_task(self._connect(sock, conn)))
+
+    async def _connect(self, sock: socket.socket, conn: _Guarded) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: conn, sock)
+        except OSError:
+            sock.close()
+            conn.close()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks_connect.discard(task)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -653,7 +754,8 @@ class LoopServer:
         async def stop() -> None:
             for task in self._tasks:
                 task.cancel()
-            self._server.close()
+            self.loop.remove_reader(self._listener.fileno())
+            self._listener.close()
             await self._runner.cleanup()
             self.loop.stop()
 

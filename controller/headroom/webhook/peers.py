@@ -28,6 +28,7 @@ log = logging.getLogger("headroom.webhook")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 KUBERNETES_SLICE = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes"
 REFRESH = 30.0
+SEEN = 4096  # client addresses whose answer is kept
 
 
 def parse_cidrs(values: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -79,6 +80,10 @@ class ApiServerPeers:
         self.addresses: frozenset[IPAddress] = frozenset()
         self.on_error = on_error
         self._said_unknown = False
+        # Answers by address string, asked at every accept: parsing an address cost a
+        # flood of refused connections a tenth of the event loop. Emptied when the
+        # addresses change, and when it holds SEEN addresses.
+        self._seen: dict[str, bool] = {}
 
     @property
     def known(self) -> bool:
@@ -87,10 +92,15 @@ class ApiServerPeers:
     def __call__(self, address: str) -> bool:
         if not self.known:
             return True
-        ip = _ip(address)
-        if ip is None:
-            return False
-        return ip in self.addresses or any(ip in net for net in self.networks)
+        seen = self._seen
+        answer = seen.get(address)
+        if answer is None:
+            ip = _ip(address)
+            answer = ip is not None and (ip in self.addresses or any(ip in net for net in self.networks))
+            if len(seen) >= SEEN:
+                seen.clear()
+            seen[address] = answer
+        return answer
 
     def refresh(self, api: Api) -> None:
         """Read the `default/kubernetes` EndpointSlice once; keep the last addresses read
@@ -110,7 +120,7 @@ class ApiServerPeers:
             return
         if found != self.addresses:
             log.info("the API server's addresses", extra={"addresses": sorted(map(str, found))})
-        self.addresses = found
+            self.addresses, self._seen = found, {}
         self._said_unknown = False
 
     def follow(self, api: Api, stop: threading.Event, every: float = REFRESH) -> None:

@@ -208,10 +208,13 @@ LIMITS = Limits(
     write_timeout=2.0,
     keepalive_timeout=30.0,
     # Every client that is not the API server, together: 64 connections (about 300 KiB of
-    # TLS state each), one full-size body and then some, 20 new handshakes a second.
+    # TLS state each), one full-size body and then some, 20 new handshakes a second...
     max_direct_connections=64,
     max_direct_bytes=MAX_BODY + MAX_BODY // 2,
     direct_handshakes_per_second=20.0,
+    # ...and are read at one full-size body a second, together: what the event loop decrypts
+    # and parses for them stays small beside the API server's reviews.
+    direct_read_bytes_per_second=MAX_BODY,
 )
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
