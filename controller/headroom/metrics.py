@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from .core.records import applied_limits
 # and what a dry run counts (engine.reconciler.WOULD_APPLY). Spelled out, not imported: those
 # modules bring the Kubernetes client (~26 MB) into whatever imports the metrics; a unit test
 # holds the two lists equal.
+FOREIGN_MANAGERS = 20  # field managers named in headroom_foreign_writers; the rest are '(other)'
 OUTCOMES = (
     *((r, "false") for r in ("applied", "infeasible", "quota-denied", "invalid", "conflict", "throttled", "error")),
     ("would-apply", "true"),
@@ -173,6 +174,14 @@ class Metrics(AdmissionMetrics):
             "1 while a watch is failing or relisting, so no pod is written; else 0.",
             registry=r,
         )
+        self.foreign_writers = Gauge(
+            "headroom_foreign_writers",
+            "Pods whose CPU limit another field manager keeps writing, so that Headroom leaves it to that "
+            f"manager (reason LimitOwnedByOther). Past {FOREIGN_MANAGERS} managers the rest count as '(other)'.",
+            ["manager"],
+            registry=r,
+        )
+        self._foreign_shown: set[str] = set()
         self._nodes: dict[str, _NodeSeries] = {}
         # Running totals over _nodes, kept as nodes come and go: a plan costs O(its pods),
         # not O(nodes) (a wave observes a plan per resize).
@@ -181,6 +190,20 @@ class Metrics(AdmissionMetrics):
         self._pending = self._deferred = 0
 
         self._lock = threading.Lock()
+
+    def observe_foreign(self, counts: Mapping[str, int]) -> None:
+        """Pods left to other writers, per field manager (a manager's name is the writer's
+        choice: their number of series is bounded)."""
+        shown: dict[str, int] = {}
+        for manager, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            label = manager if len(shown) < FOREIGN_MANAGERS or manager in shown else "(other)"
+            shown[label] = shown.get(label, 0) + n
+        with self._lock:
+            for gone in self._foreign_shown - shown.keys():
+                self.foreign_writers.remove(gone)
+            for label, n in shown.items():
+                self.foreign_writers.labels(label).set(n)
+            self._foreign_shown = set(shown)
 
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool

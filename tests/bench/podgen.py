@@ -94,7 +94,20 @@ def make_pod(i: int, nodes: int, rng: random.Random) -> dict[str, Any]:
                     "fieldsType": "FieldsV1",
                     "fieldsV1": {
                         "f:metadata": {"f:labels": {".": {}, "f:app": {}}, "f:ownerReferences": {".": {}}},
-                        "f:spec": {"f:containers": {'k:{"name":"app"}': {".": {}}}},
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"app"}': {
+                                    ".": {},
+                                    "f:image": {},
+                                    "f:name": {},
+                                    "f:resources": {
+                                        ".": {},
+                                        "f:limits": {".": {}, "f:cpu": {}, "f:memory": {}},
+                                        "f:requests": {".": {}, "f:cpu": {}, "f:memory": {}},
+                                    },
+                                }
+                            }
+                        },
                     },
                 },
                 {

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from headroom.cluster.client import Api, ApiError, pod_path
+from headroom.cluster.live import read_cluster
+from headroom.core.planner import ClusterPlan, plan_cluster
 from helpers.factories import container, pod
 
 GROUP = "/apis/kube-headroom.dev/v1alpha1"
@@ -77,6 +79,14 @@ def wait_refused(what: str, send: Callable[[], Any], timeout: float) -> float:
             raise
         time.sleep(0.1)
     raise AssertionError(f"{what}: not enforced within {timeout}s")
+
+
+def live_plan(api: Api) -> ClusterPlan:
+    """What `headroom plan` decides on the live cluster."""
+    snap = read_cluster(api)
+    return plan_cluster(
+        snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True, neighbours=snap.neighbours
+    )
 
 
 def cpu_limits(api: Api, ns: str, name: str) -> list[str | None]:

@@ -12,13 +12,12 @@ import orjson
 import pytest
 
 from headroom.cluster.client import MERGE_PATCH, STRATEGIC_PATCH, Api, pod_path
-from headroom.cluster.live import read_cluster
 from headroom.commands.output import explain
-from headroom.core.planner import ClusterPlan, plan_cluster
 from helpers.cluster_helpers import (
     cpu_limits,
     create_pod,
     events,
+    live_plan,
     vpa,
     wait_annotation,
     wait_limit_range_enforced,
@@ -39,14 +38,6 @@ RESIZE = r"/pods/[^/]+/resize$"
 def cluster(api, namespace, make_node, headroom_config, start_controller):
     headroom_config()
     return api, namespace, make_node, start_controller
-
-
-def live_plan(api: Api) -> ClusterPlan:
-    """What `headroom plan` decides on the live cluster."""
-    snap = read_cluster(api)
-    return plan_cluster(
-        snap.nodes, snap.pods, snap.namespaces, snap.resolver(), pod_level_resize=True, neighbours=snap.neighbours
-    )
 
 
 def reasons(api: Api) -> dict[str, str]:

@@ -101,4 +101,4 @@ def test_pod_level_pod_is_managed_without_container_requests():
 
 
 def test_reason_list_is_complete():
-    assert len(e.REASONS) == 22 and len(set(e.REASONS)) == 22
+    assert len(e.REASONS) == 23 and len(set(e.REASONS)) == 23

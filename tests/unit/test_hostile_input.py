@@ -55,8 +55,15 @@ POD_PATHS = [
     ("metadata", "annotations", "kube-headroom.dev/status"),
     ("metadata", "annotations", "kube-headroom.dev/original-cpu-limits"),
     ("metadata", "labels", "kube-headroom.dev/mode"),
+    ("metadata", "annotations", "kube-headroom.dev/reclaim-limit"),
     ("metadata", "ownerReferences"),
     ("metadata", "generation"),
+    ("metadata", "managedFields"),
+    ("metadata", "managedFields", 0, "manager"),
+    ("metadata", "managedFields", 0, "fieldsV1"),
+    ("metadata", "managedFields", 0, "fieldsV1", "f:spec"),
+    ("metadata", "managedFields", 0, "fieldsV1", "f:spec", "f:containers"),
+    ("metadata", "managedFields", 0, "fieldsV1", "f:spec", "f:resources", "f:limits"),
     ("spec", "containers", 0, "resources", "requests", "cpu"),
     ("spec", "containers", 0, "resources", "limits", "cpu"),
     ("spec", "containers", 0, "resources", "limits", "memory"),
@@ -340,8 +347,18 @@ def _outcome(build: Any, obj: Any) -> Any:
 @given(st.lists(st.tuples(st.sampled_from(POD_PATHS), JSON), max_size=4), st.sampled_from(["ADDED", "MODIFIED"]))
 def test_the_typed_pod_decoder_builds_the_same_record_as_a_full_decode(edits, kind):
     """cluster/decode.py trims pods to the fields records read; whatever the pod holds, the
-    record (or the refusal, word for word) is the one a full decode gives."""
+    record (or the refusal, word for word) is the one a full decode gives. The pod starts
+    with another manager's resize entry owning its CPU limit (decoded, unlike the others)."""
     raw = pod("p", namespace="ns", containers=[container(cpu="500m")])
+    raw["metadata"]["managedFields"] = [
+        {
+            "manager": "rightsizer",
+            "subresource": "resize",
+            "fieldsV1": {
+                "f:spec": {"f:containers": {'k:{"name":"app"}': {"f:resources": {"f:limits": {"f:cpu": {}}}}}}
+            },
+        }
+    ]
     for path, value in edits:
         _put(raw, path, value)
     try:

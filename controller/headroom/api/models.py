@@ -292,6 +292,11 @@ class HeadroomConfigStatus(_ControllerStatus):
         default=None, description="Pods whose CPU limit Headroom manages (pods in paused pools included)."
     )
     unmanaged_pods: int | None = Field(default=None, description="Bound pods Headroom leaves alone.")
+    limits_left_to_others: int | None = Field(
+        default=None,
+        description="Pods whose CPU limit another field manager keeps writing, which Headroom leaves to it "
+        "(reason LimitOwnedByOther; counted among unmanagedPods).",
+    )
     pods_at_target: int | None = Field(
         default=None, description="Managed pods whose limits are within the deadband of their target."
     )

@@ -22,6 +22,8 @@ import msgspec
 import orjson
 from msgspec import UNSET, Struct, UnsetType
 
+from ..core.keys import FIELD_MANAGER
+
 
 class _S(Struct, omit_defaults=True):
     """Every field optional and left out of `to_builtins` when absent from the JSON."""
@@ -72,9 +74,37 @@ class _Owner(_S):
     controller: Any = UNSET
 
 
+class _FLimits(_S):
+    cpu: Any = msgspec.field(default=UNSET, name="f:cpu")
+
+
+class _FResources(_S):
+    limits: _FLimits | UnsetType | None = msgspec.field(default=UNSET, name="f:limits")
+
+
+class _FContainer(_S):
+    resources: _FResources | UnsetType | None = msgspec.field(default=UNSET, name="f:resources")
+
+
+class _FSpec(_S):
+    resources: _FResources | UnsetType | None = msgspec.field(default=UNSET, name="f:resources")
+    containers: dict[str, _FContainer] | UnsetType | None = msgspec.field(default=UNSET, name="f:containers")
+    initContainers: dict[str, _FContainer] | UnsetType | None = msgspec.field(default=UNSET, name="f:initContainers")
+
+
+class _Fields(_S):
+    """Of a managedFields entry's fieldsV1, only which CPU limits it owns (records read that
+    of other managers' resize entries: another writer of a limit)."""
+
+    spec: _FSpec | UnsetType | None = msgspec.field(default=UNSET, name="f:spec")
+
+
 class _ManagedField(_S):
     manager: Any = UNSET
     subresource: Any = UNSET
+    # Left undecoded (most entries are large and none of their fields is read), then
+    # decoded as _Fields for other managers' resize entries only: _fields_of_writers.
+    fieldsV1: msgspec.Raw | UnsetType = UNSET
 
 
 class _Meta(_S):
@@ -131,6 +161,7 @@ class _List(Struct):
     items: list[_Pod] | None = None
 
 
+_FIELDS = msgspec.json.Decoder(_Fields)
 _EVENT = msgspec.json.Decoder(_Event)
 _LIST = msgspec.json.Decoder(_List)
 _FALLBACK = (msgspec.ValidationError, msgspec.DecodeError)
@@ -146,7 +177,27 @@ def pod_event(line: bytes) -> Any:
         return orjson.loads(line)
     if event.type == "ERROR" or event.object is None:
         return orjson.loads(line)  # a Status object: code, reason, message
+    try:
+        _fields_of_writers(event.object)
+    except _FALLBACK:
+        return orjson.loads(line)
     return {"type": event.type, "object": _to_builtins(event.object)}
+
+
+def _fields_of_writers(pod: _Pod) -> None:
+    """Decode the fieldsV1 of resize entries of managers other than Headroom (what
+    records read: who else owns a CPU limit); drop every other entry's."""
+    meta = pod.metadata
+    if meta is None or meta is UNSET or not meta.managedFields:
+        return
+    for entry in meta.managedFields:
+        raw = entry.fieldsV1
+        if raw is UNSET:
+            continue
+        if entry.subresource == "resize" and entry.manager != FIELD_MANAGER:
+            entry.fieldsV1 = _FIELDS.decode(raw)  # type: ignore[assignment]
+        else:
+            entry.fieldsV1 = UNSET
 
 
 def pod_list(data: bytes) -> Any:
@@ -161,4 +212,9 @@ def pod_list(data: bytes) -> Any:
             meta["resourceVersion"] = page.metadata.resourceVersion
         if page.metadata.continue_ is not UNSET:
             meta["continue"] = page.metadata.continue_
+    try:
+        for p in page.items or ():
+            _fields_of_writers(p)
+    except _FALLBACK:
+        return orjson.loads(data)
     return {"metadata": meta, "items": [_to_builtins(p) for p in page.items or ()]}

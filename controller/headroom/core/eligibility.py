@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from . import keys
 from .params import Settings
-from .records import APP, BURSTABLE, INIT, Container, Namespace, Node, Pod
+from .records import APP, BURSTABLE, INIT, POD_LIMIT, Container, Namespace, Node, Pod
 
 MANAGED = "Managed"
 NOT_BOUND = "NotBound"
@@ -32,6 +32,7 @@ POOL_PAUSED = "PoolPaused"
 INVALID_ANNOTATION = "InvalidAnnotation"
 VPA_CONTROLS_LIMITS = "VPAControlsLimits"
 LIMIT_RANGE_CONFLICT = "LimitRangeConflict"
+LIMIT_OWNED_BY_OTHER = "LimitOwnedByOther"
 
 REASONS = (
     NOT_BOUND,
@@ -54,6 +55,7 @@ REASONS = (
     POD_LEVEL_UNSUPPORTED,
     BACKING_OFF,
     POOL_PAUSED,
+    LIMIT_OWNED_BY_OTHER,
     INVALID_ANNOTATION,  # decided by the planner, after every check above
     LIMIT_RANGE_CONFLICT,  # decided by the planner, after the policy
 )
@@ -114,6 +116,18 @@ def computed_containers(pod: Pod, settings: Settings) -> tuple[Container, ...]:
     return tuple([c for c in pod.containers if c.kind != INIT and c.cpu_request > 0 and c.name not in skip])
 
 
+def limit_writers(pod: Pod, settings: Settings) -> tuple[str, ...]:
+    """The other field managers that own a CPU limit Headroom computes for this pod (their
+    managedFields entries for the resize subresource), sorted."""
+    if not pod.limit_writers:
+        return ()
+    if pod.pod_level is not None:
+        ours = {POD_LIMIT, *(c.name for c in pod.containers)}
+    else:
+        ours = {c.name for c in computed_containers(pod, settings)}
+    return tuple(sorted({m for m, c in pod.limit_writers if c in ours}))
+
+
 def eligibility(
     pod: Pod,
     namespace: Namespace | None,
@@ -123,6 +137,7 @@ def eligibility(
     pod_level_resize: bool,
     backing_off: bool = False,
     vpa: bool = False,
+    left_to_other: bool = False,
 ) -> str:
     """`MANAGED` or the reason code of the first check the pod fails."""
     if not pod.node_name or node is None:
@@ -177,4 +192,6 @@ def eligibility(
         return BACKING_OFF
     if settings.paused:
         return POOL_PAUSED
+    if left_to_other:  # another field manager keeps writing its CPU limit (the caller decided)
+        return LIMIT_OWNED_BY_OTHER
     return MANAGED

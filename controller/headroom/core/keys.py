@@ -13,6 +13,8 @@ MAX_CPU_KEY: Final = f"{GROUP}/max-cpu"
 STATUS_KEY: Final = f"{GROUP}/status"
 # The CPU limits a pod had before Headroom first wrote one, for `spec.release: Restore`.
 ORIGINAL_KEY: Final = f"{GROUP}/original-cpu-limits"
+# On a pod: a new value hands back to Headroom a CPU limit it left to another writer.
+RECLAIM_KEY: Final = f"{GROUP}/reclaim-limit"
 # A node label saying the kubelet runs the static CPU manager policy (the default of
 # HeadroomConfig spec.staticCPUManagerNodeSelector: `<this>=static`).
 STATIC_CPU_LABEL: Final = f"{GROUP}/cpu-manager-policy"

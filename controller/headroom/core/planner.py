@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
+import orjson
+
 from . import eligibility as elig
 from . import keys
 from .capabilities import node_allows_pod_level_resize
@@ -27,6 +29,7 @@ class PodPlan:
     reason: str
     target: PodTarget | None = None
     warning: str | None = None  # e.g. an unparseable max-cpu annotation: the pod is left alone
+    writer: str | None = None  # LimitOwnedByOther: the field manager its CPU limit is left to
 
     @property
     def managed(self) -> bool:
@@ -73,6 +76,39 @@ def user_cap(pod: Pod) -> tuple[int | None, str | None]:
     return cap, None
 
 
+_NONE_LEFT: Mapping[str, str] = {}
+
+
+def left_to_message(manager: str) -> str:
+    """What explain and the pod's Warning event say of a limit left to another writer."""
+    return (
+        f"field manager {manager!r} keeps writing this pod's CPU limit, so Headroom leaves it to {manager!r} "
+        f"and counts the pod as unmanaged; to hand it back, stop that writer, or set the annotation "
+        f"{keys.RECLAIM_KEY} to a new value"
+    )
+
+
+def left_by_annotation(pod: Pod, settings: Settings) -> str | None:
+    """The field manager the pod's status annotation says its CPU limit was left to, while
+    that manager still owns one of its computed limits and the pod's reclaim annotation is
+    the one it was left with: how `plan`, and a controller that restarted, know what the
+    controller decided. None otherwise (and for anything unreadable)."""
+    try:
+        data = orjson.loads(pod.status_annotation or "null")
+    except orjson.JSONDecodeError:
+        return None
+    if (
+        not isinstance(data, dict)
+        or data.get("managed") is not False
+        or data.get("reason") != elig.LIMIT_OWNED_BY_OTHER
+    ):
+        return None
+    writer = data.get("writer")
+    if not isinstance(writer, str) or writer not in elig.limit_writers(pod, settings):
+        return None
+    return writer if data.get("reclaim") == pod.reclaim else None
+
+
 def plan_node(
     node: Node,
     pods: Iterable[Pod],
@@ -82,13 +118,19 @@ def plan_node(
     pod_level_resize: bool,
     backing_off: frozenset[str] = frozenset(),
     neighbours: Neighbours = EMPTY,
+    left_to: Mapping[str, str] = _NONE_LEFT,
 ) -> NodePlan:
+    """Every pod's reason and target on one node. `left_to`: pods whose CPU limit Headroom
+    leaves to another field manager (pod key -> manager; decided by the controller)."""
     pods = sorted(pods, key=_BY_KEY)
-    reasons: list[tuple[Pod, str, str | None]] = []
+    reasons: list[tuple[Pod, str, str | None, str | None]] = []
     managed: list[Managed] = []
     any_vpa, any_range = bool(neighbours.vpas), bool(neighbours.limit_ranges)  # most clusters: neither
     for p in pods:
         vpa = neighbours.vpa_controlling(p) if any_vpa else None
+        writer = (left_to.get(p.key) if left_to else None) or (
+            left_by_annotation(p, settings) if p.limit_writers else None
+        )
         reason = elig.eligibility(
             p,
             namespaces.get(p.namespace),
@@ -97,8 +139,11 @@ def plan_node(
             pod_level_resize=pod_level_resize,
             backing_off=p.key in backing_off,
             vpa=vpa is not None,
+            left_to_other=writer is not None,
         )
         warning = None
+        if reason == elig.LIMIT_OWNED_BY_OTHER:
+            warning = left_to_message(writer or "")
         if vpa is not None:
             warning = (
                 f"VerticalPodAutoscaler {vpa.namespace}/{vpa.name} cannot be read, so it may own any pod of its "
@@ -117,20 +162,20 @@ def plan_node(
                 managed.append(m)
             else:
                 reason = elig.INVALID_ANNOTATION
-        reasons.append((p, reason, warning))
+        reasons.append((p, reason, warning, writer if reason == elig.LIMIT_OWNED_BY_OTHER else None))
     summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
     if node.resizing:  # a node being resized only cuts (or first sets) limits until it is done
         targets = [_no_raise(t) for t in targets]
     by_key = {t.managed.pod.key: t for t in targets}
     plans = []
-    for p, r, w in reasons:
+    for p, r, w, writer in reasons:
         t = by_key.get(p.key)
         if any_range and t is not None and t.apply:
             why = limit_range_refusal_of(t, neighbours)
             if why is not None:
                 # The LimitRanger admission would refuse any write: leave the pod alone.
                 r, w, t = elig.LIMIT_RANGE_CONFLICT, f"no CPU limit can be written: {why}", None
-        plans.append(PodPlan(p, r, t, w))
+        plans.append(PodPlan(p, r, t, w, writer))
     return NodePlan(node, settings, summary, tuple(plans))
 
 

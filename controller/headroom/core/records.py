@@ -99,6 +99,11 @@ class Pod:
     # resize in flight or not: what `plan` and the resize-lag metric show. None in the
     # usual case; the same tuple as `unapplied` when that is set.
     applied: tuple[tuple[str, int], ...] | None = None
+    # (field manager, container) of every other writer whose managedFields entry for the
+    # resize subresource owns a CPU limit of the pod: a container's name, or POD_LIMIT for
+    # the pod-level limit. Empty in the usual case. See docs/policy.md, "Another writer".
+    limit_writers: tuple[tuple[str, str], ...] = ()
+    reclaim: str | None = None  # kube-headroom.dev/reclaim-limit
 
     def same_inputs(self, other: Pod) -> bool:
         """Equal in everything the node's plan reads, status counts included (whether a
@@ -140,6 +145,8 @@ class Pod:
             and self.uid == other.uid
             and self.namespace == other.namespace
             and self.name == other.name
+            and self.limit_writers == other.limit_writers
+            and self.reclaim == other.reclaim
         )
 
     @property
@@ -457,10 +464,15 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
             unapplied = applied
             pending = unapplied is not None  # written, not applied
     resized = False
+    writers: list[tuple[str, str]] = []
     for entry in meta.get("managedFields") or ():
-        if entry.get("manager") == keys.FIELD_MANAGER and entry.get("subresource") == "resize":
+        if not isinstance(entry, dict) or entry.get("subresource") != "resize":
+            continue
+        manager = entry.get("manager")
+        if manager == keys.FIELD_MANAGER:
             resized = True
-            break
+        elif isinstance(manager, str):
+            writers.extend((_intern(manager[:128]), c) for c in _cpu_limits_owned(entry.get("fieldsV1")))
     node_name = spec.get("nodeName")
     pinned = True
     for c in containers:
@@ -497,7 +509,39 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         resized_by_headroom=resized,
         unapplied=unapplied,
         applied=applied,
+        limit_writers=tuple(sorted(set(writers))) if writers else (),
+        reclaim=_text(annotations.get(keys.RECLAIM_KEY)),
     )
+
+
+POD_LIMIT = "(pod)"  # the pod-level limit's name among a pod's limit writers (never a container name)
+
+
+def _cpu_limits_owned(fields: object) -> list[str]:
+    """The containers (POD_LIMIT for the pod level) whose CPU limit a managedFields entry's
+    `fieldsV1` owns. Anything malformed owns nothing."""
+    spec = fields.get("f:spec") if isinstance(fields, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    out = []
+    if _owns_cpu_limit(spec):
+        out.append(POD_LIMIT)
+    for kind in ("f:containers", "f:initContainers"):
+        items = spec.get(kind)
+        for key, item in items.items() if isinstance(items, dict) else ():
+            if isinstance(key, str) and key.startswith('k:{"name":"') and key.endswith('"}') and _owns_cpu_limit(item):
+                out.append(key[11:-2])
+    return out
+
+
+def _owns_cpu_limit(fields: object) -> bool:
+    resources = fields.get("f:resources") if isinstance(fields, dict) else None
+    limits = resources.get("f:limits") if isinstance(resources, dict) else None
+    return isinstance(limits, dict) and "f:cpu" in limits
+
+
+def _text(value: object) -> str | None:
+    return value[:256] if isinstance(value, str) else None
 
 
 def _node_from_dict(obj: Mapping[str, Any]) -> Node:

@@ -15,14 +15,14 @@ import orjson
 from . import eligibility as elig
 from .policy import ContainerTarget, Managed, PodTarget
 from .quantity import QuantityError, cpu_milli, format_milli
-from .records import BURSTABLE, INIT, Pod, qos_class
+from .records import BURSTABLE, INIT, POD_LIMIT, Pod, qos_class
 
 RESTORE = "Restore"  # spec.release; the other value, Keep, writes nothing
-POD_LEVEL = "(pod)"  # never a container name (those are DNS labels)
+POD_LEVEL = POD_LIMIT  # never a container name (those are DNS labels)
 BOUND_RELEASED = "released"
 
 # After these reasons the old limit may be written back: a person took the pod out of
-# Headroom's hands. Not after a VPA took the limits over (it owns them now), a resize that
+# Headroom's hands. Not after a VPA or another writer took the limits over (they own them now), a resize that
 # restarts the container, or a pod whose resize cannot succeed anyway.
 RESTORABLE = frozenset(
     {
@@ -45,6 +45,7 @@ LEFT = RESTORABLE | {
     elig.RESTART_ON_RESIZE,
     elig.POD_LEVEL_UNSUPPORTED,
     elig.VPA_CONTROLS_LIMITS,
+    elig.LIMIT_OWNED_BY_OTHER,
     elig.LIMIT_RANGE_CONFLICT,
     elig.INVALID_ANNOTATION,
 }

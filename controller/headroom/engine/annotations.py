@@ -45,8 +45,12 @@ def status_annotation(plan: NodePlan, t: PodTarget) -> str:
     ).decode()
 
 
-def released_annotation(pod: Pod, reason: str, settings: Settings, note: str, written: PodTarget | None = None) -> str:
-    """What the annotation says of a pod Headroom no longer manages (after `written`)."""
+def released_annotation(
+    pod: Pod, reason: str, settings: Settings, note: str, written: PodTarget | None = None, writer: str | None = None
+) -> str:
+    """What the annotation says of a pod Headroom no longer manages (after `written`). For
+    a limit left to another writer, its field manager and the pod's reclaim annotation then
+    (core/planner.left_by_annotation reads them back)."""
     limit = release.current_limit(pod, written)
     body = {
         "managed": False,
@@ -58,6 +62,10 @@ def released_annotation(pod: Pod, reason: str, settings: Settings, note: str, wr
     }
     if note:
         body["note"] = note
+    if writer is not None:
+        body["writer"] = writer
+        if pod.reclaim is not None:
+            body["reclaim"] = pod.reclaim
     return orjson.dumps(body).decode()
 
 
@@ -128,14 +136,20 @@ class Annotations:
             )
 
     def queue_released(
-        self, plan: NodePlan, pod: Pod, reason: str, note: str, written: PodTarget | None = None
+        self,
+        plan: NodePlan,
+        pod: Pod,
+        reason: str,
+        note: str,
+        written: PodTarget | None = None,
+        writer: str | None = None,
     ) -> None:
         """Queue the annotation that says the pod is released. One lane item per pod, decided
         now (its note says why a limit was or was not restored): pods leave management a
         namespace or an exclusion at a time, not as a cluster's first wave."""
         if not self.enabled:
             return
-        value = released_annotation(pod, reason, plan.settings, note, written)
+        value = released_annotation(pod, reason, plan.settings, note, written, writer)
         node, key, uid, settings = plan.node.name, pod.key, pod.uid, plan.settings
 
         def still_wanted() -> bool:

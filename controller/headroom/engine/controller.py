@@ -112,7 +112,13 @@ class Controller:
             self.config,
             self.writer,
             self.backoff,
-            Hooks(self._pod_level_for, self._count, self._observe, self._annotation_failed),
+            Hooks(
+                self._pod_level_for,
+                self._count,
+                self._observe,
+                self._annotation_failed,
+                self.metrics.observe_foreign,
+            ),
             annotate=self.options.status_annotation,
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting

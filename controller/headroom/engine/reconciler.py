@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ..cluster.cache import ClusterCache, NodeView
@@ -35,6 +35,7 @@ from ..core.records import Node, Pod
 from .annotations import Annotations, annotation_due, shown
 from .backoff import PodBackoff
 from .config import ConfigState
+from .foreign import ForeignWriters
 from .queue import NodeBusy
 from .unapplied import UNAPPLIED, Unapplied
 from .waves import Waves, change
@@ -94,6 +95,7 @@ class Hooks:
     on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None  # a write's result: metrics
     on_plan: Callable[[NodePlan], None] = lambda plan: None  # every computed node: metrics, status
     on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None  # retry the node
+    on_foreign: Callable[[Mapping[str, int]], None] = lambda counts: None  # pods left to other writers, per manager
 
 
 class Reconciler:
@@ -133,6 +135,11 @@ class Reconciler:
         self.waves = Waves(writer, clock)  # resizes not yet told in a node event
         self._changed_at: dict[str, float] = {}  # node -> first input change since its last plan
         self.unapplied = Unapplied(writer, self._first_warning, clock)
+        self.foreign = ForeignWriters(
+            lambda pod, kind, reason, message: self.writer.event(pod, kind, reason, message, action="Compute"),
+            clock,
+            lambda counts: self.hooks.on_foreign(counts),
+        )
         self.annotations = Annotations(
             cache,
             config,
@@ -151,6 +158,7 @@ class Reconciler:
         self._warned.pop(pod_key, None)
         self.unapplied.forget(pod_key)
         self._in_flight.pop(pod_key, None)
+        self.foreign.forget(pod_key)
 
     def _first_warning(self, pod_key: str, why: str) -> bool:
         """Whether `why` is new for this pod (then it is remembered): each warning once."""
@@ -224,6 +232,7 @@ class Reconciler:
             pod_level_resize=self.hooks.pod_level_resize(view.node),
             backing_off=backing_off,
             neighbours=view.neighbours,
+            left_to=self.foreign.left_among(view.pods),
         )
 
     def _plan(self, view: NodeView, settings: Settings, result: Result) -> _Steps | None:
@@ -250,7 +259,10 @@ class Reconciler:
                         f"the kubelet refused the resize (Infeasible or Error); leaving the pod alone for {settings.backoff_seconds:.0f}s",
                     )
         backing_off = self._come_back_together(pods, self.backoff.active())
+        self.foreign.review(pods, settings)
         plan = self._plan_view(view, settings, backing_off)
+        if settings.blocked is None and self.foreign.step_back(plan, settings.backoff_seconds, in_flight):
+            plan = self._plan_view(view, settings, backing_off)  # without the pods just left to their writer
         self.hooks.on_plan(plan)
         # A backoff that expires must bring the node back by itself, not wait for an event.
         for pod in pods:
@@ -340,7 +352,7 @@ class Reconciler:
                     note = f"not restored: {note}"
         managed, reason = shown(pod)
         if pod.status_annotation is not None and (managed or reason != pp.reason):
-            self.annotations.queue_released(plan, pod, pp.reason, note)
+            self.annotations.queue_released(plan, pod, pp.reason, note, writer=pp.writer)
         return None
 
     def _resize(self, node_name: str, todo: _Steps, result: Result) -> None:
@@ -406,6 +418,8 @@ class Reconciler:
                 if outcome.result == APPLIED:
                     result.resizes += 1
                     self._in_flight[pod.key] = pod.resource_version
+                    if pod.limit_writers and pp.reason == elig.MANAGED:
+                        self.foreign.restored_by(pod, plan.settings, plan.settings.backoff_seconds)
                     line = change(pod, target)
                     changes.append(f"{pod.key} {line} (decided by {target.bound})")
                     log.info(

@@ -25,7 +25,7 @@ from ..api.resolve import FROZEN, LAST_VALID, Resolution
 from ..cluster.client import ApiError
 from ..cluster.writer import NotLeader, Writer
 from ..core import keys
-from ..core.eligibility import POOL_PAUSED
+from ..core.eligibility import LIMIT_OWNED_BY_OTHER, POOL_PAUSED
 from ..core.params import mode_of
 from ..core.planner import NodePlan
 
@@ -52,6 +52,7 @@ class NodeStat:
     targets: int = 0  # Σ target limits of managed pods, millicores
     requests: int = 0  # Σ their requests
     deferred: int = 0  # managed pods whose resize the kubelet deferred
+    left_to_others: int = 0  # pods whose CPU limit is left to another writer (LimitOwnedByOther)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class StatusWriter:
 
     # --- inputs -----------------------------------------------------------------------
     def observe(self, plan: NodePlan) -> None:
-        managed = at_target = pending = unmanaged = targets = requests = deferred = 0
+        managed = at_target = pending = unmanaged = targets = requests = deferred = left = 0
         for pp in plan.pods:
             if pp.reason == POOL_PAUSED:  # managed, with their limits held while the pool is paused
                 managed += 1
@@ -116,6 +117,7 @@ class StatusWriter:
                 continue
             if pp.target is None:
                 unmanaged += 0 if pp.pod.terminal else 1
+                left += pp.reason == LIMIT_OWNED_BY_OTHER
                 continue
             managed += 1
             pending += pp.pod.resize_pending
@@ -135,6 +137,7 @@ class StatusWriter:
                 targets=targets,
                 requests=requests,
                 deferred=deferred,
+                left_to_others=left,
             )
 
     def node_done(self, node: str, ok: bool, wrote: bool) -> None:
@@ -255,6 +258,7 @@ class StatusWriter:
             "nodes": len(self.nodes),
             "managedPods": sum(s.managed for s in self.nodes.values()),
             "unmanagedPods": sum(s.unmanaged for s in self.nodes.values()),
+            "limitsLeftToOthers": sum(s.left_to_others for s in self.nodes.values()),
             "podsAtTarget": sum(s.at_target for s in self.nodes.values()),
             "pendingResizes": sum(s.pending for s in self.nodes.values()),
             "deferredResizes": sum(s.deferred for s in self.nodes.values()),

@@ -7,8 +7,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...cluster.snapshot import Snapshot
-from ...core.eligibility import LIMIT_RANGE_CONFLICT, VPA_CONTROLS_LIMITS, namespace_managed, opt_in_near_miss
+from ...core.eligibility import (
+    LIMIT_OWNED_BY_OTHER,
+    LIMIT_RANGE_CONFLICT,
+    MANAGED,
+    VPA_CONTROLS_LIMITS,
+    limit_writers,
+    namespace_managed,
+    opt_in_near_miss,
+)
 from ...core.params import Settings
+from ...core.planner import ClusterPlan
 from ...core.quantity import format_milli
 from .findings import INFO, OK, WARN, Finding
 
@@ -80,6 +89,7 @@ def neighbour_checks(snap: Snapshot, managed: list[str]) -> Iterator[Finding]:
             f"{len(pods)} pod(s) whose VerticalPodAutoscaler sets CPU limits are left to it ({', '.join(pods[:3])}); "
             "with controlledValues: RequestsOnly Headroom would manage their limits",
         )
+    yield from writer_checks(plan)
     if left.get(LIMIT_RANGE_CONFLICT):
         pods = left[LIMIT_RANGE_CONFLICT]
         yield Finding(
@@ -87,6 +97,28 @@ def neighbour_checks(snap: Snapshot, managed: list[str]) -> Iterator[Finding]:
             "limitrange",
             f"{len(pods)} pod(s) break their namespace's LimitRange already, so no limit can be written to them "
             f"({', '.join(pods[:3])}); `headroom explain` says which rule",
+        )
+
+
+def writer_checks(plan: ClusterPlan) -> Iterator[Finding]:
+    """Other field managers that own a CPU limit Headroom computes for a pod (their resize
+    entries in managedFields), with the pods they hold: a second writer that keeps writing
+    is left the pod's limit (LimitOwnedByOther); what the controller has decided so far
+    lives in its process, so this lists who writes, from the cluster alone."""
+    held: dict[str, list[str]] = {}
+    for node in plan.nodes:
+        for pp in node.pods:
+            if pp.pod.limit_writers and pp.reason in (MANAGED, LIMIT_OWNED_BY_OTHER):
+                for manager in limit_writers(pp.pod, node.settings):
+                    held.setdefault(manager, []).append(pp.pod.key)
+    for manager in sorted(held):
+        pods = held[manager]
+        yield Finding(
+            WARN,
+            "writers",
+            f"field manager {manager!r} owns the CPU limit of {len(pods)} pod(s) Headroom manages "
+            f"({', '.join(pods[:5])}{', ...' if len(pods) > 5 else ''}): if it keeps writing, Headroom leaves those "
+            "limits to it (reason LimitOwnedByOther); exclude the pods, or stop that writer",
         )
 
 
