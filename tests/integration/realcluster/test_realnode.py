@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from headroom.cluster.client import Api, ApiError, pod_path
+from headroom.cluster.client import APPLY_PATCH, Api, ApiError, pod_path
 from headroom.core.quantity import cpu_milli, format_milli
 from helpers.cluster_helpers import GROUP, LEASE, cpu_limits, node_events, wait_for, wait_limits, wait_node_event
 from helpers.realnode_helpers import PERIOD_US, deploy, wait_node_empty, wait_quota, wait_running
@@ -524,3 +525,59 @@ def test_a_request_raise_the_kubelet_defers_is_counted_and_never_fought(
         lambda o: (o.get("status") or {}).get("deferredResizes") == 0,
         timeout=30,
     )
+
+
+def test_a_second_writer_of_the_limit_flips_the_cfs_quota_once_not_on_every_write(
+    api, namespace, real_node, headroom_config, start_controller
+):
+    """Another writer (server-side apply on pods/resize, its own field manager) sets a
+    managed pod's limit to 700m every 5 s for 60 s on the real node, while the container's
+    `cpu.cfs_quota_us` is sampled every 50 ms. Headroom restores the first change and leaves
+    the limit to the writer at its second: the kernel's quota changes a few times, then
+    stays at the writer's. Before, each write was undone: the quota flipped twice per write
+    (tests/integration/test_foreign_writers.py has the API side of it)."""
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("busy", real_node.name, "100m", "200m", busy=False))
+    cid = wait_running(api, namespace, "busy")["status"]["containerStatuses"][0]["containerID"]
+    cgroup = real_node.container_cgroup(cid)
+    assert cgroup is not None
+    headroom_config()
+    c = start_controller()
+    wait_limits(api, namespace, "busy", ["1"], timeout=30)
+    wait_quota(real_node, api, namespace, "busy", 100_000)
+
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "busy", "namespace": namespace},
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "700m"}}}]},
+    }
+    stop, sent = threading.Event(), []
+
+    def writer() -> None:
+        while not stop.is_set():
+            api.patch(
+                pod_path(namespace, "busy", "resize"),
+                body,
+                APPLY_PATCH,
+                {"fieldManager": "rightsizer", "force": "true"},
+            )
+            sent.append(time.monotonic())
+            stop.wait(5.0)
+
+    quotas = [int((cgroup / "cpu.cfs_quota_us").read_text())]
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        q = int((cgroup / "cpu.cfs_quota_us").read_text())
+        if q != quotas[-1]:
+            quotas.append(q)
+        time.sleep(0.05)
+    stop.set()
+    t.join()
+    flips = len(quotas) - 1
+    print(f"\n{len(sent)} writes of the other writer in 60 s; cfs_quota_us changed {flips} times: {quotas}")
+    left = [r for r in c.logs() if r.get("msg") == "cpu limit left to another writer"]
+    assert left, "Headroom never stepped back"
+    assert flips <= 4, quotas  # 700m, restored to 1, 700m again; then nothing
+    assert quotas[-1] == 70_000 and cpu_limits(api, namespace, "busy") == ["700m"]
