@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ class _NodeSeries:
     # managed pods whose kubelet reports another CPU limit applied than the spec's -> since when
     lagging: dict[str, float] = field(default_factory=dict)
     running: set[tuple[str, str, str]] = field(default_factory=set)  # (namespace, pod, container) applied series
+    left: dict[str, int] = field(default_factory=dict)  # pods left to another writer, by its field manager
 
 
 class AdmissionMetrics:
@@ -181,7 +182,8 @@ class Metrics(AdmissionMetrics):
             ["manager"],
             registry=r,
         )
-        self._foreign_shown: set[str] = set()
+        self._left: dict[str, int] = {}  # pods left to other writers, every node, by field manager
+        self._left_shown: set[str] = set()  # the labels headroom_foreign_writers has
         self._nodes: dict[str, _NodeSeries] = {}
         # Running totals over _nodes, kept as nodes come and go: a plan costs O(its pods),
         # not O(nodes) (a wave observes a plan per resize).
@@ -191,32 +193,21 @@ class Metrics(AdmissionMetrics):
 
         self._lock = threading.Lock()
 
-    def observe_foreign(self, counts: Mapping[str, int]) -> None:
-        """Pods left to other writers, per field manager (a manager's name is the writer's
-        choice: their number of series is bounded)."""
-        shown: dict[str, int] = {}
-        for manager, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-            label = manager if len(shown) < FOREIGN_MANAGERS or manager in shown else "(other)"
-            shown[label] = shown.get(label, 0) + n
-        with self._lock:
-            for gone in self._foreign_shown - shown.keys():
-                self.foreign_writers.remove(gone)
-            for label, n in shown.items():
-                self.foreign_writers.labels(label).set(n)
-            self._foreign_shown = set(shown)
-
     def observe_node(self, plan: NodePlan) -> None:
         name, pool = plan.node.name, plan.settings.pool
         pods: set[tuple[str, str, str]] = set()
         running: set[tuple[str, str, str]] = set()
         managed = pending = deferred = 0
         lagging: dict[str, float] = {}
+        left: dict[str, int] = {}
         was = self._nodes.get(name)
         since = was.lagging if was is not None else {}
         gauge, applied_gauge = self.pod_limit, self.pod_applied
         for pp in plan.pods:
             t = pp.target
             if t is None:
+                if pp.writer is not None:
+                    left[pp.writer] = left.get(pp.writer, 0) + 1
                 continue
             managed += 1
             pod = pp.pod
@@ -248,7 +239,7 @@ class Metrics(AdmissionMetrics):
                         applied_gauge.remove(*key)
                 if old.pool != pool:
                     self._drop_node_series(name, old.pool)
-            self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred, lagging, running)
+            self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred, lagging, running, left)
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
             self._count(new, 1)  # before the old part goes: the pool's series never blinks
@@ -295,6 +286,27 @@ class Metrics(AdmissionMetrics):
         self._deferred += sign * series.deferred
         self.pending.set(self._pending)
         self.deferred.set(self._deferred)
+        if series.left:
+            for manager, n in series.left.items():
+                total = self._left.get(manager, 0) + sign * n
+                if total:
+                    self._left[manager] = total
+                else:
+                    self._left.pop(manager, None)
+            self._show_left()
+
+    def _show_left(self) -> None:
+        """headroom_foreign_writers from the totals: the FOREIGN_MANAGERS managers holding the
+        most pods by name, the rest as '(other)' (a manager's name is the writer's choice)."""
+        shown: dict[str, int] = {}
+        for manager, n in sorted(self._left.items(), key=lambda kv: (-kv[1], kv[0])):
+            label = manager if len(shown) < FOREIGN_MANAGERS else "(other)"
+            shown[label] = shown.get(label, 0) + n
+        for gone in self._left_shown - shown.keys():  # only labels no longer held go: none blinks
+            self.foreign_writers.remove(gone)
+        for label, n in shown.items():
+            self.foreign_writers.labels(label).set(n)
+        self._left_shown = set(shown)
 
 
 RENDER_EVERY = 1.0  # seconds an exposition is shared between scrapes

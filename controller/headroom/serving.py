@@ -715,7 +715,9 @@ class LoopServer:
             # The context read at each accept: a reloaded certificate replaces it whole.
             conn = _Guarded(factory(), guard, self.context, self.handshake_timeout)
             guard.register(conn, address, *admitted)
-            self._tasks_connect.add(self.loop.create_task(self._connect(sock, conn)))
+            task = self.loop.create_task(self._connect(sock, conn))
+            self._tasks_connect.add(task)
+            task.add_done_callback(self._tasks_connect.discard)
 
     async def _connect(self, sock: socket.socket, conn: _Guarded) -> None:
         try:
@@ -723,10 +725,6 @@ class LoopServer:
         except OSError:
             sock.close()
             conn.close()
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks_connect.discard(task)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -125,6 +125,8 @@ def test_a_second_writer_keeps_the_limit_and_headroom_steps_back(cluster, contro
         assert [(r["pod"], r["manager"]) for r in left] == [(key, "rightsizer")], left
         warned = _events_about(api, ns, contested, "CPULimitOwnedByOther")
         assert len(warned) == 1 and "'rightsizer'" in warned[0]["note"], warned
+        # ...and not said again under another reason (the plan's warning is that event).
+        assert not [e for e in events(api, ns, "CPULimitAdjustSkipped") if e["regarding"]["name"] == contested]
         status = api.get(pod_path(ns, contested))["metadata"]["annotations"]["kube-headroom.dev/status"]
         assert '"LimitOwnedByOther"' in status and '"managed":false' in status.replace(" ", ""), status
         assert plan[key].pod.limit_writers == (("rightsizer", "app"),)
@@ -139,6 +141,29 @@ def test_a_second_writer_keeps_the_limit_and_headroom_steps_back(cluster, contro
         # The node's other pods are still managed: the late pod shares the slack with them.
         for name in [*pods[1:], "late"]:
             _wait_managed(api, ns, name)
+
+        # The writer has stopped; a person hands the pod back as docs/policy.md says, with kubectl.
+        out = subprocess.run(
+            [
+                str(KUBECTL),
+                "--kubeconfig",
+                str(control_plane.kubeconfig()),
+                "annotate",
+                "pod",
+                contested,
+                "-n",
+                ns,
+                "--overwrite",
+                "kube-headroom.dev/reclaim-limit=1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        _wait_managed(api, ns, contested)  # restored once more: Headroom's target, not 700m
+        assert cpu_limits(api, ns, contested) != ["700m"]
+        assert _events_about(api, ns, contested, "CPULimitTakenBack")
 
 
 def test_one_change_by_hand_is_restored_and_said(cluster, control_plane):

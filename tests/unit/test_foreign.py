@@ -12,6 +12,7 @@ from headroom.core.params import Exclusions, Settings
 from headroom.core.planner import NodePlan, plan_node
 from headroom.core.records import Namespace, Pod, node_from_dict, pod_from_dict
 from headroom.engine.foreign import ForeignWriters
+from headroom.metrics import Metrics
 from helpers.factories import container, node, pod
 
 TEAM = {"team": Namespace("team", {"kube-headroom.dev/mode": "managed"})}
@@ -46,12 +47,20 @@ class Clock:
         return self.now
 
 
-def tracker() -> tuple[ForeignWriters, list[tuple[str, str, str]], Clock, list[dict[str, int]]]:
+def tracker() -> tuple[ForeignWriters, list[tuple[str, str, str]], Clock]:
+    """The tracker, the events it says, its clock; its once-only memory is a set here (the
+    reconciler's `_first_warning` in the controller)."""
     events: list[tuple[str, str, str]] = []
-    counts: list[dict[str, int]] = []
+    said: set[tuple[str, str]] = set()
+
+    def first(key: str, why: str) -> bool:
+        fresh = (key, why) not in said
+        said.add((key, why))
+        return fresh
+
     clock = Clock()
-    fw = ForeignWriters(lambda p, kind, reason, msg: events.append((p.key, kind, reason)), clock, counts.append)
-    return fw, events, clock, counts
+    fw = ForeignWriters(lambda p, kind, reason, msg: events.append((p.key, kind, reason)), first, clock)
+    return fw, events, clock
 
 
 DEFAULTS = Settings()
@@ -86,7 +95,7 @@ def test_writers_are_other_managers_of_a_limit_headroom_computes():
 
 
 def test_a_second_change_within_the_backoff_leaves_the_pod_to_its_writer():
-    fw, events, clock, counts = tracker()
+    fw, events, clock = tracker()
     s = Settings()
     other = a_pod("other", limit="3")
     contested = a_pod("p", limit="700m", fields=[owned("rightsizer", "app")])
@@ -105,14 +114,19 @@ def test_a_second_change_within_the_backoff_leaves_the_pod_to_its_writer():
     assert replanned["team/p"].reason == elig.LIMIT_OWNED_BY_OTHER and replanned["team/p"].target is None
     assert "'rightsizer'" in (replanned["team/p"].warning or "")
     assert replanned["team/other"].reason == elig.MANAGED  # the rest of the node stays managed
-    assert events[-1] == ("team/p", "Warning", "CPULimitOwnedByOther")
-    assert counts[-1] == {"rightsizer": 1}
-    fw.step_back(again, s.backoff_seconds, {})
-    assert [e for e in events if e[2] == "CPULimitOwnedByOther"] == [events[-1]]  # once per pod and manager
+    # The Warning event is the plan's warning, said by the reconciler once per pod and text;
+    # the metric is counted from the plan, like the status.
+    assert events == [("team/p", "Normal", "CPULimitRestored")]
+    metrics = Metrics()
+    metrics.observe_node(plan(fw, contested, other, settings=s))
+    sample = metrics.registry.get_sample_value
+    assert sample("headroom_foreign_writers", {"manager": "rightsizer"}) == 1
+    metrics.observe_node(plan(fw, other, settings=s))  # the pod is gone from the node
+    assert sample("headroom_foreign_writers", {"manager": "rightsizer"}) is None
 
 
 def test_a_change_after_the_backoff_is_restored_again_not_left():
-    fw, _, clock, _ = tracker()
+    fw, _, clock = tracker()
     s = Settings()
     contested = a_pod("p", limit="700m", fields=[owned("kubectl-patch", "app")])
     fw.restored_by(contested, s, s.backoff_seconds)
@@ -122,7 +136,7 @@ def test_a_change_after_the_backoff_is_restored_again_not_left():
 
 
 def test_the_limit_comes_back_when_the_writer_no_longer_owns_it_or_the_pod_is_reclaimed():
-    fw, events, _, counts = tracker()
+    fw, events, _ = tracker()
     s = Settings()
     contested = a_pod("p", limit="700m", fields=[owned("rightsizer", "app")])
     fw.restored_by(contested, s, s.backoff_seconds)
@@ -132,7 +146,7 @@ def test_the_limit_comes_back_when_the_writer_no_longer_owns_it_or_the_pod_is_re
 
     gone = a_pod("p", limit="700m")  # the writer's managedFields entry was removed
     fw.review([gone], s)
-    assert fw.left_among([gone]) == {} and counts[-1] == {}
+    assert fw.left_among([gone]) == {}
     assert events[-1] == ("team/p", "Normal", "CPULimitTakenBack")
 
     fw.restored_by(contested, s, s.backoff_seconds)
@@ -148,13 +162,13 @@ def test_the_limit_comes_back_when_the_writer_no_longer_owns_it_or_the_pod_is_re
 
 
 def test_a_pod_that_is_deleted_is_forgotten():
-    fw, _, _, counts = tracker()
+    fw, _, _ = tracker()
     s = Settings()
     contested = a_pod("p", limit="700m", fields=[owned("rightsizer", "app")])
     fw.restored_by(contested, s, s.backoff_seconds)
     fw.step_back(plan(fw, contested, settings=s), s.backoff_seconds, {})
     fw.forget("team/p")
-    assert fw.left_among([contested]) == {} and not fw.restored and counts[-1] == {}
+    assert fw.left_among([contested]) == {} and not fw.restored
 
 
 def test_a_pod_left_to_its_writer_stays_left_after_a_restart_and_in_plan():
@@ -168,7 +182,7 @@ def test_a_pod_left_to_its_writer_stays_left_after_a_restart_and_in_plan():
     fields = [owned("rightsizer", "app")]
     contested = a_pod("p", limit="700m", fields=fields)
     said = released_annotation(contested, elig.LIMIT_OWNED_BY_OTHER, s, "", writer="rightsizer")
-    fresh, _, _, _ = tracker()
+    fresh, _, _ = tracker()
     on_pod = a_pod("p", limit="700m", fields=fields, annotations={"kube-headroom.dev/status": said})
     pp = plan(fresh, on_pod).pods[0]
     assert (pp.reason, pp.writer, pp.target) == (elig.LIMIT_OWNED_BY_OTHER, "rightsizer", None)

@@ -18,7 +18,6 @@ from .quantity import QuantityError, cpu_milli, format_milli
 from .records import BURSTABLE, INIT, POD_LIMIT, Pod, qos_class
 
 RESTORE = "Restore"  # spec.release; the other value, Keep, writes nothing
-POD_LEVEL = POD_LIMIT  # never a container name (those are DNS labels)
 BOUND_RELEASED = "released"
 
 # After these reasons the old limit may be written back: a person took the pod out of
@@ -67,7 +66,7 @@ def record(pod: Pod) -> str:
     """The annotation value recording the pod's CPU limits now (before a first write)."""
     out: dict[str, str | None] = {}
     if pod.pod_level is not None:
-        out[POD_LEVEL] = None if pod.pod_level.cpu_limit is None else format_milli(pod.pod_level.cpu_limit)
+        out[POD_LIMIT] = None if pod.pod_level.cpu_limit is None else format_milli(pod.pod_level.cpu_limit)
     for c in pod.containers:
         if c.kind != INIT:
             out[c.name] = None if c.cpu_limit is None else format_milli(c.cpu_limit)
@@ -111,8 +110,8 @@ def restore_target(pod: Pod) -> tuple[PodTarget | None, str]:
             "which Kubernetes cannot restore (it cannot remove a limit in place), or Headroom first resized it "
             "while spec.release was Keep (records are taken only under Restore) or before records were kept"
         )
-    if pod.pod_level is not None and POD_LEVEL in rec:
-        before = rec[POD_LEVEL]
+    if pod.pod_level is not None and POD_LIMIT in rec:
+        before = rec[POD_LIMIT]
         if before is None:
             return None, "it had no pod-level CPU limit before Headroom, and Kubernetes cannot remove one in place"
         if before < (pod.pod_level.cpu_request or 0):

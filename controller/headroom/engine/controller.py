@@ -112,13 +112,7 @@ class Controller:
             self.config,
             self.writer,
             self.backoff,
-            Hooks(
-                self._pod_level_for,
-                self._count,
-                self._observe,
-                self._annotation_failed,
-                self.metrics.observe_foreign,
-            ),
+            Hooks(self._pod_level_for, self._count, self._observe, self._annotation_failed),
             annotate=self.options.status_annotation,
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting

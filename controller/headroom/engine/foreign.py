@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..core.eligibility import limit_writers
 from ..core.params import Settings
-from ..core.planner import NodePlan, left_to_message
+from ..core.planner import NodePlan
 from ..core.records import Pod
 
 log = logging.getLogger("headroom.reconcile")
@@ -50,14 +50,15 @@ class _Left:
 @dataclass
 class ForeignWriters:
     """Per pod: when Headroom last restored a limit against each other manager, and the
-    pods it leaves to one. Thread-safe (node workers share it)."""
+    pods it leaves to one. Thread-safe (node workers share it). The Warning event of a pod
+    left to its writer is the plan's warning for it (the reconciler's, once per pod and
+    text); `first(pod key, why)` is that same once-only memory, for the events said here."""
 
     event: Event
+    first: Callable[[str, str], bool]
     clock: Callable[[], float]
-    on_change: Callable[[Mapping[str, int]], None] = lambda by_manager: None  # pods left, per manager
     restored: dict[str, dict[str, float]] = field(default_factory=dict)  # pod key -> manager -> when
     left: dict[str, _Left] = field(default_factory=dict)
-    _told: set[tuple[str, str, str]] = field(default_factory=set)  # (pod key, manager, what) said once
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def left_among(self, pods: Iterable[Pod]) -> Mapping[str, str]:
@@ -81,21 +82,22 @@ class ForeignWriters:
                     continue
                 del self.left[pod.key]
                 self.restored.pop(pod.key, None)
-                self._told = {t for t in self._told if t[0] != pod.key}
                 back.append((pod, was))
-            counts = self._counts() if back else None
         for pod, was in back:
             why = "reclaimed by its annotation" if pod.reclaim != was.reclaim else f"{was.manager!r} no longer owns it"
             log.info("cpu limit taken back", extra={"pod": pod.key, "manager": was.manager, "why": why})
-            self.event(pod, "Normal", "CPULimitTakenBack", f"Headroom manages this pod's CPU limit again: {why}")
-        if counts is not None:
-            self.on_change(counts)
+            message = f"Headroom manages this pod's CPU limit again: {why}"
+            if self.first(pod.key, message):  # also lets a later restore be said again
+                self.event(pod, "Normal", "CPULimitTakenBack", message)
 
     def step_back(self, plan: NodePlan, backoff_seconds: float, in_flight: Mapping[str, str]) -> bool:
         """After a node's plan: leave to its writer every pod whose limit another manager
         changed again (the plan would write it) within `backoff_seconds` of Headroom's
         restore against that manager; not a pod whose resize the watch has not brought back
-        yet (`in_flight`). True when one was left (plan the node again)."""
+        yet (`in_flight`). True when one was left (plan the node again: the new plan's
+        warning for the pod is its Warning event)."""
+        if not self.restored:
+            return False
         now = self.clock()
         new: list[tuple[Pod, str]] = []
         with self._lock:
@@ -112,16 +114,11 @@ class ForeignWriters:
                         self.left[pod.key] = _Left(manager, pod.reclaim)
                         new.append((pod, manager))
                         break
-            counts = self._counts() if new else None
         for pod, manager in new:
             log.warning(
                 "cpu limit left to another writer",
                 extra={"pod": pod.key, "manager": manager, "within_seconds": backoff_seconds},
             )
-            if self._first(pod.key, manager, "left"):
-                self.event(pod, "Warning", "CPULimitOwnedByOther", left_to_message(manager))
-        if counts is not None:
-            self.on_change(counts)
         return bool(new)
 
     def restored_by(self, pod: Pod, settings: Settings, backoff_seconds: float) -> None:
@@ -135,33 +132,14 @@ class ForeignWriters:
             self.restored.setdefault(pod.key, {}).update(dict.fromkeys(managers, now))
         for manager in managers:
             log.info("cpu limit another writer set was restored", extra={"pod": pod.key, "manager": manager})
-            if self._first(pod.key, manager, "restored"):
-                self.event(
-                    pod,
-                    "Normal",
-                    "CPULimitRestored",
-                    f"Headroom wrote back the CPU limit field manager {manager!r} had set; if {manager!r} changes it "
-                    f"again within {backoff_seconds:.0f}s, Headroom leaves the limit to it",
-                )
+            message = (
+                f"Headroom wrote back the CPU limit field manager {manager!r} had set; if {manager!r} changes it "
+                f"again within {backoff_seconds:.0f}s, Headroom leaves the limit to it"
+            )
+            if self.first(pod.key, message):
+                self.event(pod, "Normal", "CPULimitRestored", message)
 
     def forget(self, pod_key: str) -> None:
         with self._lock:
             self.restored.pop(pod_key, None)
-            gone = self.left.pop(pod_key, None)
-            self._told = {t for t in self._told if t[0] != pod_key}
-            counts = self._counts() if gone is not None else None
-        if counts is not None:
-            self.on_change(counts)
-
-    def _first(self, key: str, manager: str, what: str) -> bool:
-        with self._lock:
-            if (key, manager, what) in self._told:
-                return False
-            self._told.add((key, manager, what))
-            return True
-
-    def _counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for was in self.left.values():
-            counts[was.manager] = counts.get(was.manager, 0) + 1
-        return counts
+            self.left.pop(pod_key, None)

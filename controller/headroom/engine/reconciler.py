@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..cluster.cache import ClusterCache, NodeView
@@ -95,7 +95,6 @@ class Hooks:
     on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None  # a write's result: metrics
     on_plan: Callable[[NodePlan], None] = lambda plan: None  # every computed node: metrics, status
     on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None  # retry the node
-    on_foreign: Callable[[Mapping[str, int]], None] = lambda counts: None  # pods left to other writers, per manager
 
 
 class Reconciler:
@@ -137,8 +136,8 @@ class Reconciler:
         self.unapplied = Unapplied(writer, self._first_warning, clock)
         self.foreign = ForeignWriters(
             lambda pod, kind, reason, message: self.writer.event(pod, kind, reason, message, action="Compute"),
+            self._first_warning,
             clock,
-            lambda counts: self.hooks.on_foreign(counts),
         )
         self.annotations = Annotations(
             cache,
@@ -277,7 +276,8 @@ class Reconciler:
         annotate = False
         for pp in plan.pods:
             if pp.warning and self._first_warning(pp.pod.key, pp.warning):
-                self.writer.event(pp.pod, "Warning", "CPULimitAdjustSkipped", pp.warning, action="Compute")
+                reason = "CPULimitOwnedByOther" if pp.reason == elig.LIMIT_OWNED_BY_OTHER else "CPULimitAdjustSkipped"
+                self.writer.event(pp.pod, "Warning", reason, pp.warning, action="Compute")
             if in_flight and pp.pod.key in in_flight:
                 continue  # written; decided again once the watch brings it
             t = pp.target
