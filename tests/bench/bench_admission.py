@@ -38,6 +38,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from bench.attackers import Attackers  # noqa: E402
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from  # noqa: E402
 from headroom.core.params import Resolver, Settings  # noqa: E402
+from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.core.records import Namespace, Node, node_from_dict  # noqa: E402
 from headroom.webhook import mutation  # noqa: E402
 from headroom.webhook.server import Sources, review_response  # noqa: E402
@@ -352,7 +353,7 @@ def attacks(nodes: int, window: float, only: list[str] | None) -> None:
     global COSTLY, HUGE, ORDINARY_BODY
     # As many values as keep the review inside the placement budget at this node count (299
     # at 500 nodes): each costs a check per node, the costliest review still decided.
-    misses = max(0, mutation.PLACEMENT_BUDGET // nodes // 4 - 1)  # each term costs 4 checks a node
+    misses = max(0, PLACEMENT_BUDGET // nodes // 4 - 1)  # each term costs 4 checks a node
     terms = [{"matchExpressions": [{"key": "pool", "operator": "In", "values": [f"none-{k}"]}]} for k in range(misses)]
     terms.append({"matchExpressions": [{"key": "pool", "operator": "Exists"}]})
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}

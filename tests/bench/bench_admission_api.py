@@ -61,8 +61,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "controller")]
 
 from bench.attackers import Attackers  # noqa: E402
+from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.webhook.certs import issue  # noqa: E402
-from headroom.webhook.mutation import PLACEMENT_BUDGET  # noqa: E402
 from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
 from testbed.controlplane import ADMIN_TOKEN, ControlPlane, build, free_port  # noqa: E402
 from testbed.node import build_node  # noqa: E402

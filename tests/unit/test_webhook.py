@@ -443,7 +443,7 @@ def test_match_fields_count_against_the_placement_budget_like_expressions():
     """A term of 299 matchFields against 500 nodes: each field is matched on every node, so
     it costs what an expression costs and passes the budget (before, a field counted as one
     check: 300 a node, exactly the budget, and the review took 0.04 s of a worker)."""
-    from headroom.webhook.mutation import PLACEMENT_BUDGET, PlacementTooCostly, candidate_nodes
+    from headroom.core.placement import PLACEMENT_BUDGET, PlacementTooCostly, candidate_nodes
 
     known = {f"n{i}": node_from_dict({"metadata": {"name": f"n{i}"}, "status": {}}) for i in range(500)}
     fields = [{"key": "metadata.name", "operator": "NotIn", "values": [f"x{i}"]} for i in range(299)]

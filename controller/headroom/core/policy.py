@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .limitrange import Cap
 from .params import Settings
@@ -24,6 +25,7 @@ BOUND_ALLOCATABLE = "allocatable"
 BOUND_USER_CAP = "userCap"
 BOUND_OVERCOMMITTED = "overcommitted"
 BOUND_POD_LEVEL_FLOOR = "podLevelFloor"
+BOUND_INITIAL = "initialMultiplier"  # a new pod's limit at admission
 # A namespace's LimitRange or ResourceQuota decides with its own name: "LimitRange ns/name".
 
 
@@ -137,20 +139,42 @@ def pod_total(summary: NodeSummary, m: Managed, settings: Settings) -> tuple[int
             limit, bound = r + floor, BOUND_FLOOR
         else:
             limit, bound = r + proportional, BOUND_PROPORTIONAL
-        mult = settings.max_multiplier
-        if mult:
-            cap = r * mult.numerator // mult.denominator
-            if limit > cap:
-                limit, bound = cap, BOUND_MULTIPLIER
-        if limit > summary.allocatable:
-            limit, bound = summary.allocatable, BOUND_ALLOCATABLE
-        if m.user_cap is not None and limit > m.user_cap:
-            limit, bound = m.user_cap, BOUND_USER_CAP
-        if m.cap is not None and limit > m.cap.value:
-            limit, bound = m.cap.value, m.cap.source
-        limit = max(limit, r)
-    limit = max(r, limit // QUANTUM * QUANTUM, QUANTUM)
-    return limit, bound
+        limit, bound = clamp(limit, bound, m, summary.allocatable, settings)
+    return on_quantum(limit, r), bound
+
+
+def clamp(limit: int, bound: str, m: Managed, allocatable: int | None, settings: Settings) -> tuple[int, str]:
+    """A pod's total within its caps, in order: maxMultiplier, the node's allocatable CPU
+    (None: no node known), the pod's max-cpu annotation, its namespace's LimitRanges; never
+    below its request. The step that decided it comes back with it."""
+    r = m.request
+    mult = settings.max_multiplier
+    if mult:
+        cap = r * mult.numerator // mult.denominator
+        if limit > cap:
+            limit, bound = cap, BOUND_MULTIPLIER
+    if allocatable is not None and limit > allocatable:
+        limit, bound = allocatable, BOUND_ALLOCATABLE
+    if m.user_cap is not None and limit > m.user_cap:
+        limit, bound = m.user_cap, BOUND_USER_CAP
+    if m.cap is not None and limit > m.cap.value:
+        limit, bound = m.cap.value, m.cap.source
+    return max(limit, r), bound
+
+
+def on_quantum(limit: int, request: int) -> int:
+    """A total rounded down to the quantum, never below the request nor below one quantum."""
+    return max(request, limit // QUANTUM * QUANTUM, QUANTUM)
+
+
+def initial_target(m: Managed, multiplier: Fraction, allocatable: int | None, settings: Settings) -> PodTarget:
+    """A new pod's target before any node's booking is known (what the webhook sets at
+    admission): its request times `multiplier`, clamped as a node's target is, on the
+    quantum, and split over its containers as the controller splits a total, with the QoS
+    guard and the pod-level floor. `m.containers` are the ones that get a limit."""
+    r = m.request
+    limit, bound = clamp(r * multiplier.numerator // multiplier.denominator, BOUND_INITIAL, m, allocatable, settings)
+    return split(m, on_quantum(limit, r), bound, settings)
 
 
 def _pod_level_target(m: Managed, limit: int, bound: str, settings: Settings) -> PodTarget:

@@ -32,10 +32,11 @@ from cryptography import x509
 
 from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
+from ..core.placement import PlacementTooCostly
 from ..core.records import Namespace, Node
 from ..serving import Limits, LoopServer
 from .fairqueue import DIRECT, FairQueue, Job
-from .mutation import PlacementTooCostly, no_pod_level, patch_for
+from .mutation import no_pod_level, patch_for
 from .peers import ApiServerPeers
 
 log = logging.getLogger("headroom.webhook")
