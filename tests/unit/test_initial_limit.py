@@ -128,20 +128,17 @@ def test_the_webhooks_patch_is_the_policys_initial_target(raw, initial, max_mult
     record = pod_from_dict({**raw, "spec": {**raw["spec"], "nodeName": "n1"}})
     settings_ = res.settings_for({})
     cap, problem = user_cap(record)
-    mult = Fraction(initial)
-    if max_mult:
-        mult = min(mult, Fraction(max_mult))
     if problem is not None or not limits:
         assert after == before and after_pod == before_pod
         return
     if record.pod_level is not None:
-        expected = initial_target(Managed(record, (), cap), mult, allocatable, settings_)
+        expected = initial_target(Managed(record, (), cap), allocatable, settings_)
         assert after_pod == expected.target
         assert after == before  # containers keep what they had
         event("pod-level limit set")
         return
     unlimited = tuple(c for c in computed_containers(record, settings_) if c.cpu_limit is None)
-    expected = initial_target(Managed(record, unlimited, cap), mult, allocatable, settings_)
+    expected = initial_target(Managed(record, unlimited, cap), allocatable, settings_)
     want = dict(before)
     want.update({c.name: c.target for c in expected.containers})
     assert after == want
@@ -169,13 +166,15 @@ def test_the_initial_target_is_the_controllers_target_where_only_the_multiplier_
         container(f"c{i}", cpu=f"{r}m", mem="64Mi", mem_limit="64Mi" if pinned else None)
         for i, r in enumerate(requests)
     ]
-    settings_ = _resolver({"maxMultiplier": float(mult), "minBurstFloor": "0"}).settings_for({})
+    settings_ = _resolver(
+        {"maxMultiplier": float(mult), "minBurstFloor": "0", "webhook": {"initialMultiplier": float(mult)}}
+    ).settings_for({})
     record = pod_from_dict(pod(containers=cs))
     m = Managed(record, computed_containers(record, settings_))
     r = m.request
     allocatable = r * 20 + 1000  # slack past r × 7.5: the multiplier binds, not the node
     by_controller = pod_target(summarize(allocatable, r, [m]), m, settings_)
-    at_admission = initial_target(m, mult, allocatable, settings_)
+    at_admission = initial_target(m, allocatable, settings_)
     assert [(c.name, c.target) for c in at_admission.containers] == [
         (c.name, c.target) for c in by_controller.containers
     ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from .limitrange import Cap
 from .params import Settings
@@ -167,13 +166,14 @@ def on_quantum(limit: int, request: int) -> int:
     return max(request, limit // QUANTUM * QUANTUM, QUANTUM)
 
 
-def initial_target(m: Managed, multiplier: Fraction, allocatable: int | None, settings: Settings) -> PodTarget:
+def initial_target(m: Managed, allocatable: int | None, settings: Settings) -> PodTarget:
     """A new pod's target before any node's booking is known (what the webhook sets at
-    admission): its request times `multiplier`, clamped as a node's target is, on the
+    admission): its request times the settings' initialMultiplier, clamped as a node's target is, on the
     quantum, and split over its containers as the controller splits a total, with the QoS
     guard and the pod-level floor. `m.containers` are the ones that get a limit."""
     r = m.request
-    limit, bound = clamp(r * multiplier.numerator // multiplier.denominator, BOUND_INITIAL, m, allocatable, settings)
+    mult = settings.initial_multiplier
+    limit, bound = clamp(r * mult.numerator // mult.denominator, BOUND_INITIAL, m, allocatable, settings)
     return split(m, on_quantum(limit, r), bound, settings)
 
 

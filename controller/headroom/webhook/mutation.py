@@ -24,7 +24,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from fractions import Fraction
 from typing import Any
 
 from ..core import keys, release
@@ -122,11 +121,18 @@ def _node_kinds(
     return kinds
 
 
-def _multiplier(settings: Sequence[Settings]) -> Fraction:
-    """The smallest initial multiplier the candidates give, within their maxMultiplier."""
-    mult = min(s.initial_multiplier for s in settings)
-    caps = [s.max_multiplier for s in settings if s.max_multiplier]
-    return min([mult, *caps])
+def strictest(every: Sequence[Settings]) -> Settings:
+    """The settings a new pod gets on whichever candidate it lands: the smallest initial
+    multiplier and maxMultiplier the candidates give, and every container name any of them
+    excludes (a container one pool excludes gets a limit from none of them)."""
+    first = every[0]
+    caps = [s.max_multiplier for s in every if s.max_multiplier]
+    return replace(
+        first,
+        initial_multiplier=min(s.initial_multiplier for s in every),
+        max_multiplier=min(caps) if caps else first.max_multiplier,
+        exclusions=replace(first.exclusions, containers=frozenset().union(*(s.exclusions.containers for s in every))),
+    )
 
 
 def no_pod_level(node: Node) -> bool:
@@ -185,12 +191,8 @@ def patch_for(
         return []  # the controller leaves such a pod alone (InvalidAnnotation); so does the webhook
     every = [s for _, s in kinds.values()]
     allocatable = min(n.allocatable_cpu for n in candidates)
-    # A container a candidate's pool excludes by name gets no limit from any of them.
-    skip = frozenset().union(*(s.exclusions.containers for s in every))
-    settings = replace(every[0], exclusions=replace(every[0].exclusions, containers=skip))
-    ops, limits, pod_limit = _limit_ops(
-        record, spec, settings, _multiplier(every), allocatable if allocatable > 0 else None
-    )
+    settings = strictest(every)
+    ops, limits, pod_limit = _limit_ops(record, spec, settings, allocatable if allocatable > 0 else None)
     ranges = neighbours.limit_ranges.get(record.namespace)
     if ops and ranges and limit_range_refusal(record, ranges, limits, pod_limit) is not None:
         ops = []
@@ -205,7 +207,7 @@ def patch_for(
 
 
 def _limit_ops(
-    record: Pod, spec: Mapping[str, Any], settings: Settings, mult: Fraction, allocatable: int | None
+    record: Pod, spec: Mapping[str, Any], settings: Settings, allocatable: int | None
 ) -> tuple[list[dict[str, Any]], dict[str, int], int | None]:
     """The limit operations, the container limits they set and the pod-level one: the
     policy's initial target (core/policy.py) for the containers that have no CPU limit yet
@@ -214,7 +216,7 @@ def _limit_ops(
     if pl is not None:
         if not pl.cpu_request or pl.cpu_limit is not None:
             return [], {}, None
-        limit = initial_target(Managed(record, (), user_cap(record)[0]), mult, allocatable, settings).target
+        limit = initial_target(Managed(record, (), user_cap(record)[0]), allocatable, settings).target
         has_limits = bool((spec.get("resources") or {}).get("limits"))
         path, value = (
             ("/spec/resources/limits/cpu", format_milli(limit))
@@ -226,7 +228,7 @@ def _limit_ops(
     unlimited = tuple(c for c in computed_containers(record, settings) if c.cpu_limit is None)
     if not unlimited:
         return [], {}, None
-    target = initial_target(Managed(record, unlimited, user_cap(record)[0]), mult, allocatable, settings)
+    target = initial_target(Managed(record, unlimited, user_cap(record)[0]), allocatable, settings)
     new = {c.name: c.target for c in target.containers}
     ops = []
     for group, kind_ok in (("containers", True), ("initContainers", False)):
