@@ -42,7 +42,7 @@ from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.core.records import Namespace, Node, node_from_dict  # noqa: E402
 from headroom.webhook import mutation  # noqa: E402
 from headroom.webhook.server import Sources, review_response  # noqa: E402
-from helpers.webhook_client import post_review  # noqa: E402
+from helpers.webhook_client import admission_review, post_review  # noqa: E402
 
 
 def resolver(profiles: int) -> Resolver:
@@ -77,15 +77,7 @@ def review(i: int, user: str = "honest", containers: list | None = None, affinit
     }
     if affinity:
         pod["spec"]["affinity"] = affinity
-    request = {
-        "uid": f"u{i}",
-        "kind": {"kind": "Pod"},
-        "namespace": "team",
-        "operation": "CREATE",
-        "userInfo": {"username": user},
-        "object": pod,
-    }
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return admission_review(pod, f"u{i}", username=user)
 
 
 def cluster(nodes: int, profiles: int) -> Sources:

@@ -64,6 +64,7 @@ from bench.attackers import Attackers  # noqa: E402
 from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.webhook.certs import issue  # noqa: E402
 from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
+from helpers.webhook_client import admission_review  # noqa: E402
 from testbed.controlplane import ADMIN_TOKEN, ControlPlane, build, free_port  # noqa: E402
 from testbed.node import build_node  # noqa: E402
 
@@ -220,14 +221,7 @@ def huge_review() -> bytes:
     containers = [{"name": f"c{k}", "image": "x", "resources": {"requests": {"cpu": "10m"}}} for k in range(17_000)]
     obj = pod("huge", "evil-0")
     obj["spec"]["containers"] = containers
-    request = {
-        "uid": "huge",
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "namespace": "evil-0",
-        "operation": "CREATE",
-        "object": obj,
-    }
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+    return json.dumps(admission_review(obj, "huge")).encode()
 
 
 TENANT_ROWS = {

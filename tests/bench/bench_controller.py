@@ -138,8 +138,8 @@ def bench_ingest(n: int) -> None:
             r = Reflector(
                 None,
                 "/api/v1/pods",
-                controller.handlers.pods_list,
-                controller.handlers.pod_event,
+                controller.inputs.handlers.pods_list,
+                controller.inputs.handlers.pod_event,
                 threading.Event(),
                 **kw,
             )  # type: ignore[arg-type]

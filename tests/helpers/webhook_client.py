@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from typing import Any
 
 
 def post_review(
@@ -33,3 +34,35 @@ def post_review(
             data += chunk
     head, _, answer = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), answer, time.monotonic() - started
+
+
+def admission_review(pod: dict[str, Any], uid: str = "u1", username: str | None = None) -> dict[str, Any]:
+    """The tests' one AdmissionReview: the creation of `pod` in its namespace, as the API
+    server sends it (admission.k8s.io/v1), from `username` when given."""
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": (pod.get("metadata") or {}).get("namespace"),
+        "operation": "CREATE",
+        "object": pod,
+    }
+    if username is not None:
+        request["userInfo"] = {"username": username}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def pod_to_create(containers: int = 1, cpu: str = "500m", namespace: str = "team", name: str = "") -> dict[str, Any]:
+    """A pod as a review carries it: `containers` containers (c0, c1, ...) each asking for
+    `cpu` with no limit; named `name`, else with a generated name still to come."""
+    meta = {"name": name} if name else {"generateName": "web-"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**meta, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": f"c{i}", "image": "x", "resources": {"requests": {"cpu": cpu}}} for i in range(containers)
+            ]
+        },
+    }

@@ -22,7 +22,7 @@ from headroom.cluster.client import Api, ApiError
 from helpers.cluster_helpers import SecretMount, profile
 from helpers.cluster_helpers import register_webhook as register
 from helpers.factories import container, pod
-from helpers.webhook_client import post_review
+from helpers.webhook_client import admission_review, post_review
 from testbed.controlplane import free_port
 
 WEBHOOK = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -423,20 +423,8 @@ def test_stalled_clients_cannot_hold_admissions(
 
 
 def _review(uid: str, namespace: str, obj: dict) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": namespace,
-                "operation": "CREATE",
-                "object": obj,
-            },
-        }
-    ).encode()
+    obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
+    return json.dumps(admission_review(obj, uid)).encode()
 
 
 def _answer(port: int, body: bytes, ca: bytes) -> tuple[dict, float]:

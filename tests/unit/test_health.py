@@ -14,9 +14,9 @@ def test_healthz_fails_when_a_thread_died_or_a_watch_went_silent():
     dead = threading.Thread(target=lambda: None)
     dead.start()
     dead.join()
-    c._threads["worker-0"] = dead
+    c.inputs.threads["worker-0"] = dead
     assert c.healthy() == (False, "thread worker-0 has died")
-    del c._threads["worker-0"]
+    del c.inputs.threads["worker-0"]
     r = Reflector(None, "/api/v1/pods", lambda items: None, lambda k, o: None, c.stop, timeout_seconds=10)  # type: ignore[arg-type]
     c.watches.reflectors.append(r)
     r.last_contact -= 1000

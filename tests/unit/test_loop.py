@@ -17,7 +17,7 @@ def test_a_failing_step_is_logged_counted_and_run_again_until_done(caplog):
             raise outcome
         return outcome
 
-    with caplog.at_level(logging.WARNING, logger="headroom.controller"):
+    with caplog.at_level(logging.WARNING, logger="headroom.loop"):
         every(0.0, threading.Event(), step, "status update", "status", counted.append)
     assert outcomes == [] and counted == ["status", "status"]  # ended by the step, after two failures
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]

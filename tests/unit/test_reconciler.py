@@ -5,11 +5,11 @@ applied."""
 from dataclasses import replace
 
 from headroom.cluster.cache import ClusterCache
+from headroom.cluster.config import ConfigState
 from headroom.cluster.writer import APPLIED, Outcome, Writer
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
 from headroom.engine import unapplied
 from headroom.engine.backoff import PodBackoff
-from headroom.engine.config import ConfigState
 from headroom.engine.queue import NodeBusy
 from headroom.engine.reconciler import Reconciler
 from helpers.factories import container, node, pod

@@ -146,7 +146,7 @@ def test_the_controllers_configuration_log_says_what_happened(caplog):
     writes resume; a problem that goes away (fixed, or its object deleted) is said to."""
     import logging
 
-    from headroom.engine.config import ConfigState
+    from headroom.cluster.config import ConfigState
 
     state = ConfigState()
     config = {"apiVersion": "kube-headroom.dev/v1alpha1", "kind": "HeadroomConfig", "metadata": {"name": "cluster"}}

@@ -22,7 +22,7 @@ import pytest
 
 from headroom.serving import Limits
 from headroom.webhook.server import BODY_TIMEOUT, LIMITS, MAX_BODY
-from helpers.webhook_client import post_review
+from helpers.webhook_client import admission_review, pod_to_create, post_review
 from testbed.pki import CA
 
 HERE = Path(__file__).resolve().parents[1]
@@ -113,14 +113,7 @@ def _tls(stub: Stub, source: str) -> ssl.SSLSocket:
 
 
 def _review(name: str) -> bytes:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team"},
-        "spec": {"containers": [{"name": "app", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]},
-    }
-    request = {"uid": name, "kind": {"kind": "Pod"}, "namespace": "team", "operation": "CREATE", "object": pod}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+    return json.dumps(admission_review(pod_to_create(name=name), name)).encode()
 
 
 def _honest(stub: Stub, source: str) -> tuple[bool, float]:
@@ -387,19 +380,9 @@ def test_direct_clients_share_one_small_pool_whatever_their_addresses(stub: Stub
 
 
 def _big_review(containers: int) -> bytes:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "big", "namespace": "team"},
-        "spec": {
-            "containers": [
-                {"name": f"c{i}", "image": "x", "resources": {"requests": {"cpu": "1m"}}} for i in range(containers)
-            ]
-        },
-    }
-    request = {"uid": "big", "kind": {"kind": "Pod"}, "namespace": "team", "operation": "CREATE", "object": pod}
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    return json.dumps(review, separators=(",", ":")).encode()
+    return json.dumps(
+        admission_review(pod_to_create(containers, "1m", name="big"), "big"), separators=(",", ":")
+    ).encode()
 
 
 def test_answers_a_client_never_reads_are_cut_at_the_write_deadline(stub: Stub):

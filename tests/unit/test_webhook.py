@@ -14,6 +14,7 @@ from headroom.core.records import namespace_from_dict, node_from_dict
 from headroom.webhook import mutation
 from headroom.webhook.server import Sources, review_response
 from helpers.factories import container, namespace, node, pod
+from helpers.webhook_client import admission_review
 
 
 def nodes(*raw: dict) -> dict:
@@ -156,17 +157,7 @@ def test_pod_level_pods_get_only_a_pod_level_limit():
 
 
 def test_admission_review_round_trip_and_errors_never_block():
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u1",
-            "operation": "CREATE",
-            "kind": {"kind": "Pod"},
-            "namespace": "team",
-            "object": new_pod(containers=[container(cpu="500m")]),
-        },
-    }
+    review = admission_review(new_pod(containers=[container(cpu="500m")]))
     out, outcome = review_response(
         review, Sources(lambda n: MANAGED if n == "team" else None, resolver, nodes=lambda: NODES)
     )

@@ -19,7 +19,7 @@ from .client import Api
 from .discovery import ServerFacts, discover
 from .watch import Reflector
 
-log = logging.getLogger("headroom.controller")
+log = logging.getLogger("headroom.inputs")
 
 OnList = Callable[[Iterable[dict[str, Any]]], None]
 OnEvent = Callable[[str, dict[str, Any]], None]

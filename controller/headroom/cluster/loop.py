@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from .client import ApiError
 
-log = logging.getLogger("headroom.controller")
+log = logging.getLogger("headroom.loop")
 
 
 def every(

@@ -229,7 +229,12 @@ def _run_until_stopped(process: Any) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        process.run()
+        process.start()
+        try:
+            while not process.stop.wait(1.0):
+                pass
+        finally:
+            process.shutdown()
     except ApiError as exc:
         raise UsageError(f"cannot reach the API server: {exc}") from None
     except UnsafeCertDir as exc:
@@ -258,16 +263,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         retry_period=args.retry_period,
         metrics_port=args.metrics_port or None,
         health_port=args.health_port or None,
-        webhook_port=args.webhook_port,
-        webhook_cert_dir=args.webhook_cert_dir,
-        webhook_cert_reload=args.webhook_cert_reload,
-        webhook_api_server_cidrs=tuple(args.webhook_api_server_cidr),
-        webhook_secret=args.webhook_secret,
-        webhook_names=tuple(n.strip() for n in (args.webhook_names or "").split(",") if n.strip()),
-        webhook_configuration=args.webhook_configuration,
-        webhook_cert_check=args.webhook_cert_check,
     )
-    if options.webhook_secret and not (options.webhook_names and options.webhook_configuration):
+    names = tuple(n.strip() for n in (args.webhook_names or "").split(",") if n.strip())
+    if args.webhook_secret and not (names and args.webhook_configuration):
         raise UsageError("--webhook-secret needs --webhook-names and --webhook-configuration")
 
     if not options.retry_period < options.renew_deadline < options.lease_duration:
@@ -277,25 +275,53 @@ def cmd_run(args: argparse.Namespace) -> int:
         controller = Controller(api, options)
     except ApiError as exc:
         raise UsageError(str(exc)) from None
-
+    _development_webhook(args, api, controller, names)
     return _run_until_stopped(controller)
+
+
+def _development_webhook(args: argparse.Namespace, api: Any, controller: Any, names: tuple[str, ...]) -> None:
+    """`run --webhook-cert-dir`: the webhook served in the controller's process too, from
+    its inputs (off-cluster development; the chart runs `headroom webhook` apart).
+    `--webhook-secret`: the leader keeps the webhook's certificate and caBundle."""
+    from ..webhook.host import Certificate, CertificateKeeper, Replica, Serving, WebhookHost
+
+    if args.webhook_cert_dir:
+        serving = Serving(
+            args.webhook_cert_dir,
+            args.webhook_port,
+            controller.options.metrics_host,
+            args.webhook_cert_reload,
+            tuple(args.webhook_api_server_cidr),
+        )
+        host = WebhookHost(
+            api, controller.stop, controller.count_error, controller.inputs, controller.metrics.observe_webhook, serving
+        )
+        controller.add_service(host)
+    if args.webhook_secret:
+        certificate = Certificate(
+            controller.options.lease_namespace,
+            args.webhook_secret,
+            names,
+            str(args.webhook_configuration),
+            args.webhook_cert_check,
+        )
+        replica = Replica(controller.stop, controller.leading, controller.writer.fence, controller.count_error)
+        keeper = CertificateKeeper(api, replica, certificate, args.webhook_cert_dir)
+        controller.add_task("webhook-certificate", keeper.run)
 
 
 def cmd_webhook(args: argparse.Namespace) -> int:
 
     from .. import logs
     from ..cluster.client import Api, ApiError, connect
+    from ..webhook.host import Serving
     from ..webhook.process import WebhookOptions, WebhookProcess
 
     logs.setup(args.log_format, args.log_level)
-    options = WebhookOptions(
-        cert_dir=args.cert_dir,
-        port=args.port,
-        cert_reload=args.cert_reload,
-        metrics_port=args.metrics_port or None,
-        health_port=args.health_port or None,
-        api_server_cidrs=tuple(args.api_server_cidr),
+    serving = Serving(
+        args.cert_dir, args.port, cert_reload=args.cert_reload, api_server_cidrs=tuple(args.api_server_cidr)
     )
+    options = WebhookOptions(serving, metrics_port=args.metrics_port or None, health_port=args.health_port or None)
     try:
         process = WebhookProcess(Api(connect(args.kubeconfig, args.context)), options)
     except ApiError as exc:

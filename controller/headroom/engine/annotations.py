@@ -15,6 +15,7 @@ from collections.abc import Callable, Container
 import orjson
 
 from ..cluster.cache import ClusterCache, NodeView
+from ..cluster.config import ConfigState
 from ..cluster.writer import APPLIED, GONE, Outcome, Writer, now_rfc3339
 from ..core import keys, release
 from ..core.params import Settings
@@ -22,7 +23,6 @@ from ..core.planner import NodePlan
 from ..core.policy import PodTarget, outside_deadband, writes_now
 from ..core.quantity import QuantityError, cpu_milli, format_milli
 from ..core.records import Pod
-from .config import ConfigState
 
 log = logging.getLogger("headroom.reconcile")
 

@@ -1,11 +1,11 @@
-"""`headroom run`: watches feed the cache (cluster/handlers.py), the cache queues nodes,
-workers reconcile them (engine/reconciler.py), the leader writes status (engine/status.py),
-and, in development (`--webhook-cert-dir`), the process serves the webhook too
-(webhook/host.py; the chart runs it apart, as `headroom webhook`).
+"""`headroom run`: the inputs (cluster/inputs.py: watches, cache, configuration,
+capabilities) queue the nodes a change makes stale, workers reconcile them
+(engine/reconciler.py), and the leader writes status (engine/status.py). What else the
+process serves (in development, the webhook) the entry point hands it as services and
+tasks.
 
 This module assembles those parts and runs their threads: the options, the wiring between
-the parts, start-up (capabilities, watches, the first sync), the loops, and shutdown. It is
-long because that is one concern: what runs, in which order, and what /healthz watches."""
+the parts, what starts once the inputs are synced, the loops, and shutdown."""
 
 from __future__ import annotations
 
@@ -18,24 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.cache import ClusterCache, Stale
+from ..cluster.cache import Stale
 from ..cluster.client import Api
-from ..cluster.discovery import ServerFacts, discover
-from ..cluster.handlers import Watches, WatchHandlers
+from ..cluster.inputs import InputOptions, Inputs, Reactions
 from ..cluster.lease import LeaderElector
 from ..cluster.loop import every
 from ..cluster.writer import APPLIED, CONFLICT, THROTTLED, NotLeader, Outcome, Writer
 from ..core import keys
-from ..core.capabilities import node_allows_pod_level_resize, pod_level_resize
+from ..core.params import Resolver
 from ..core.planner import NodePlan
-from ..core.records import Node
 from ..metrics import Metrics, serve_ports
-from ..runtime import tune_gc
-from ..webhook.host import Certificate, Replica, WebhookHost
-from ..webhook.peers import ApiServerPeers
-from ..webhook.server import Sources
 from .backoff import PodBackoff, RetryDelay
-from .config import ConfigState
 from .queue import NodeQueue, WriteLimiter
 from .reconciler import Hooks, Reconciler
 from .status import StatusWriter
@@ -59,16 +52,6 @@ class Options:
     metrics_port: int | None = None  # /metrics; None: not served
     health_port: int | None = None  # /healthz, /livez, /readyz only; None: not served
     metrics_host: str = "0.0.0.0"
-    webhook_port: int = 9443
-    webhook_cert_dir: str | None = None  # tls.crt and tls.key; None: no webhook
-    webhook_cert_reload: float = 10.0  # seconds between checks of the certificate files
-    webhook_api_server_cidrs: tuple[str, ...] = ()  # besides the EndpointSlice default/kubernetes
-    # The controller keeps the webhook's certificate: this Secret (in lease_namespace),
-    # valid for these names, with its CA in this MutatingWebhookConfiguration's caBundle.
-    webhook_secret: str | None = None
-    webhook_names: tuple[str, ...] = ()
-    webhook_configuration: str | None = None
-    webhook_cert_check: float = 10.0
     status_annotation: bool = True  # write kube-headroom.dev/status on managed pods
     pod_metrics: bool = False  # export headroom_pod_limit_cores (a series per managed container)
     # how long a managed pod's applied and spec CPU limits may differ before headroom_resize_lag_pods counts it
@@ -82,19 +65,30 @@ class Controller:
         # The chart sets HOSTNAME to the pod's name (the Downward API); that is the identity.
         self.identity = self.options.identity or os.environ.get("HOSTNAME") or socket.gethostname()
         self.stop = threading.Event()
-        self.cache = ClusterCache()
-        self.config = ConfigState()
+        o = self.options
+        self.inputs = Inputs(
+            api,
+            self.stop,
+            InputOptions(
+                watch_timeout=o.watch_timeout, sync_timeout=o.sync_timeout, capability_refresh=o.capability_refresh
+            ),
+            Reactions(
+                stale=self._queue,
+                pod_gone=self._forget_pod,
+                config=self._reconfigure,
+                capabilities=self._took_capabilities,
+                error=self.count_error,
+            ),
+        )
+        self.cache, self.config, self.watches = self.inputs.cache, self.inputs.config, self.inputs.watches
         self.queue = NodeQueue()
         self.limiter = WriteLimiter()
         self.backoff = PodBackoff()
         self.retry = RetryDelay()
-        self.facts = ServerFacts(None, False)
-        self._pod_level_cluster = False
         self.metrics = Metrics(pod_series=self.options.pod_metrics, lag_seconds=self.options.resize_lag_seconds)
         self.metrics.queue_depth.set_function(self.queue.depth)
         self.elector: LeaderElector | None = None
-        if self.options.leader_elect:
-            o = self.options
+        if o.leader_elect:
             self.elector = LeaderElector(
                 api,
                 o.lease_namespace,
@@ -112,7 +106,7 @@ class Controller:
             self.config,
             self.writer,
             self.backoff,
-            Hooks(self._pod_level_for, self._count, self._observe, self._annotation_failed),
+            Hooks(self.inputs.pod_level_for, self._count, self._observe, self._annotation_failed),
             annotate=self.options.status_annotation,
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting
@@ -124,28 +118,24 @@ class Controller:
             inputs=self.inputs_problem,
             on_heartbeat=self.metrics.heartbeat.set_to_current_time,
         )
-        # Handlers of different reflector threads share the configuration: one at a time.
-        self._config_lock = threading.RLock()
-        self._threads: dict[str, threading.Thread] = {}  # long-running threads /healthz watches
         self._blocked_logged: str | None = None
         self._first_pass: set[str] | None = None  # nodes a new leader has still to recompute
-        self.handlers = WatchHandlers(
-            self.cache,
-            self._queue,
-            forget_pod=self._forget_pod,
-            on_error=self._error,
-            on_nodes_listed=self._refresh_pod_level,
-            on_config=self._reconfigure,
-            config_lock=self._config_lock,
-            config_kinds=(keys.CONFIG_KIND, keys.PROFILE_KIND),
-        )
-        self.watches = Watches(
-            api, self.handlers, self.stop, pods=True, timeout_seconds=self.options.watch_timeout, on_error=self._error
-        )
-
-        self._servers: list[Any] = []
+        self._servers: list[Any] = []  # what the process serves: /healthz watches them, shutdown stops them
+        self._services: list[Any] = []  # what the entry point hands it to serve too
+        self._tasks: list[tuple[str, Callable[[], None]]] = []  # threads the entry point hands it
         self.workers: list[threading.Thread] = []
-        self.synced = threading.Event()
+        self.synced = self.inputs.synced
+
+    def add_service(self, server: Any) -> None:
+        """Something else this process serves (the development webhook): its `start()` is
+        called first thing when the controller starts (what it raises stops the start), its
+        `alive()` is watched by /healthz, its `shutdown()` called at shutdown."""
+        self._services.append(server)
+
+    def add_task(self, name: str, target: Callable[[], None]) -> None:
+        """A long-running thread started with the controller and watched by /healthz (the
+        webhook certificate keeper, which acts while `leading()`)."""
+        self._tasks.append((name, target))
 
     # --- wiring -----------------------------------------------------------------------
     def _count(self, result: str, dry_run: bool) -> None:
@@ -161,35 +151,24 @@ class Controller:
         (it queues the annotation again)."""
         self.queue.add(node, after=max(self.retry.next(node), outcome.retry_after or 0.0), hold=True)
 
-    def _error(self, component: str) -> None:
+    def count_error(self, component: str) -> None:
         self.metrics.errors.labels(component).inc()
 
     def inputs_problem(self) -> str | None:
-        """Why the view is incomplete now (a watch failing, relisting or not yet listed);
-        None when every input is whole. Pods, nodes, namespaces and both custom resources
-        feed every node's decision, so any one of them blocks every pod write."""
-        return self.watches.problem()
+        return self.inputs.problem()
 
     def healthy(self) -> tuple[bool, str]:
         """/healthz: every long-running thread is alive and every watch hears from the server."""
-        if self.stop.is_set():
-            return False, "stopping"
-        for name, t in self._threads.items():
-            if not t.is_alive():
-                return False, f"thread {name} has died"
+        ok, why = self.inputs.healthy()
+        if not ok:
+            return ok, why
         if self.elector is not None and not self.elector.alive():
             return False, "the leader-election thread has died"
         for server in self._servers:
             alive = getattr(server, "alive", None)
             if alive is not None and not alive():
                 return False, "the webhook server has stopped"
-        return self.watches.alive()
-
-    def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
-        t = threading.Thread(target=target, name=name, daemon=True)
-        self._threads[name] = t
-        t.start()
-        return t
+        return True, "ok"
 
     def _observe(self, plan: NodePlan) -> None:
         self.metrics.observe_node(plan)
@@ -224,9 +203,6 @@ class Controller:
         # while the server is having trouble.
         return True, "ok"
 
-    def _pod_level_for(self, node: Node) -> bool:
-        return node_allows_pod_level_resize(node, self._pod_level_cluster)
-
     def _queue(self, stale: Stale) -> None:
         for name in stale.gone:
             self.queue.forget(name)
@@ -246,12 +222,11 @@ class Controller:
         self.backoff.forget(key)
         self.reconciler.forget(key)
 
-    def _reconfigure(self) -> None:
-        """The configuration changed (called by the handlers once both kinds are listed):
-        take it, and queue the nodes whose settings it changed."""
+    def _reconfigure(self, previous: Resolver) -> None:
+        """The configuration changed (the inputs took it): queue the nodes whose settings it
+        changed."""
         labels = self.cache.node_labels()
-        before = {n: self.config.resolver.settings_for(lab) for n, lab in labels.items()}
-        self.config.update(self.cache.custom_objects(keys.CONFIG_KIND), self.cache.custom_objects(keys.PROFILE_KIND))
+        before = {n: previous.settings_for(lab) for n, lab in labels.items()}
         base = self.config.base
         self.metrics.config_valid.set(1 if self.config.valid else 0)
         self.queue.debounce = base.debounce_seconds
@@ -266,12 +241,11 @@ class Controller:
                 meta = obj.get("metadata") or {}
                 self.status.spec_seen(f"{kind}/{meta.get('name')}", int(meta.get("generation") or 0), changed)
 
-    def _refresh_pod_level(self) -> None:
-        nodes = [self.cache.view(n) for n in self.cache.node_names()]
-        self._pod_level_cluster = pod_level_resize([v.node for v in nodes if v], self.facts.version)
-        self.status.facts.server_version = self.facts.server_version
-        self.status.facts.pods_resize = self.facts.pods_resize
-        self.status.facts.pod_level = self._pod_level_cluster
+    def _took_capabilities(self) -> None:
+        facts = self.inputs.facts
+        self.status.facts.server_version = facts.server_version
+        self.status.facts.pods_resize = facts.pods_resize
+        self.status.facts.pod_level = self.inputs.pod_level_cluster
 
     # --- running ----------------------------------------------------------------------
     def start(self) -> None:
@@ -279,101 +253,39 @@ class Controller:
         self._servers += serve_ports(
             o.metrics_port, o.health_port, o.metrics_host, self.metrics, self.healthy, self.ready
         )
-        webhook = self._webhook_host()
-        if webhook is not None:
-            webhook.start()  # an unsafe certificate directory stops here, said once
-            self._servers.append(webhook)
-        self.facts = discover(self.api)
-        log.info(
-            "cluster capabilities",
-            extra={"serverVersion": self.facts.server_version, "podsResize": self.facts.pods_resize},
-        )
-        if not self.facts.pods_resize:
+        for server in self._services:
+            server.start()
+            self._servers.append(server)
+        self.inputs.start(then=self._synced)
+        if not self.inputs.facts.pods_resize:
             log.error("the API server does not serve pods/resize (Kubernetes >= 1.35 needed); nothing will be written")
-        self.watches.start()
-        self.watches.follow_vpas(self.facts.vpa)
-        threading.Thread(target=self._await_sync, name="sync", daemon=True).start()
-        self._spawn(
+        spawn = self.inputs.spawn
+        spawn(
             "blocked-log",
-            lambda: every(1.0, self.stop, self._log_blocked, "blocked-writes check", "health", self._error),
+            lambda: every(1.0, self.stop, self._log_blocked, "blocked-writes check", "health", self.count_error),
         )
-        if webhook is not None and webhook.certificate is not None:
-            self._spawn("webhook-certificate", webhook.keep_certificate)
+        for name, target in self._tasks:
+            spawn(name, target)
 
-    def _webhook_host(self) -> WebhookHost | None:
-        """The webhook every replica serves (with a certificate directory) and the
-        certificate the leader keeps (with a Secret to keep it in); None with neither."""
-        o = self.options
-        if not o.webhook_cert_dir and not o.webhook_secret:
-            return None
-        certificate = None
-        if o.webhook_secret:
-            certificate = Certificate(
-                o.lease_namespace,
-                o.webhook_secret,
-                tuple(o.webhook_names),
-                str(o.webhook_configuration),
-                o.webhook_cert_check,
-            )
-        sources = Sources(
-            namespace=self.cache.namespace,
-            resolver=lambda: self.config.resolver,
-            blocked=self.inputs_problem,
-            neighbours=lambda: self.cache.neighbours,
-            nodes=self.cache.nodes_snapshot,
-            pod_level_resize=self._pod_level_for,  # the reconciler's own capability fact
-        )
-        return WebhookHost(
-            self.api,
-            Replica(self.stop, self.leading, self.writer.fence, self._error),
-            sources,
-            cert_dir=o.webhook_cert_dir,
-            port=o.webhook_port,
-            host=o.metrics_host,
-            observe=self.metrics.observe_webhook,
-            reload_every=o.webhook_cert_reload,
-            certificate=certificate,
-            peers=ApiServerPeers(o.webhook_api_server_cidrs, on_error=self._error),
-        )
-
-    def _await_sync(self) -> None:
-        """Workers start only once every list is in: acting on a partial view (missing
-        pods, or a dryRun not yet seen) would write wrong limits."""
-        if not self.watches.wait_synced(self.options.sync_timeout):
-            return
-        self._refresh_pod_level()
-        log.info(
-            "caches synced",
-            extra={
-                "nodes": len(self.cache.nodes),
-                "pods": len(self.cache.pods),
-                "podLevelResize": self._pod_level_cluster,
-                "initialState": self.watches.initial_state(),
-            },
-        )
+    def _synced(self) -> None:
+        """Every list is in: the first pass (every object's first wave), the leader
+        election, the status, the write lane and the workers."""
         nodes = set(self.cache.node_names())
-        for kind in (keys.CONFIG_KIND, keys.PROFILE_KIND):  # the first pass is every object's first wave
+        for kind in (keys.CONFIG_KIND, keys.PROFILE_KIND):
             for obj in self.cache.custom_objects(kind):
                 meta = obj.get("metadata") or {}
                 self.status.spec_seen(f"{kind}/{meta.get('name')}", int(meta.get("generation") or 0), nodes, force=True)
-        tune_gc()
-        self.synced.set()
         if self.elector is not None:
             self.elector.start()
-        if self.elector is None:
+        else:
             self._first_pass = set(nodes)
         for name in nodes:
             self.queue.add(name)
-        self._spawn("status", lambda: every(0.5, self.stop, self._flush_status, "status update", "status", self._error))
-        self._spawn("low-priority-writes", lambda: self.writer.lane.run(self.writer, self.stop))
+        spawn = self.inputs.spawn
+        spawn("status", lambda: every(0.5, self.stop, self._flush_status, "status update", "status", self.count_error))
+        spawn("low-priority-writes", lambda: self.writer.lane.run(self.writer, self.stop))
         for i in range(self.options.workers):
-            self.workers.append(self._spawn(f"worker-{i}", self._work))
-        self._spawn(
-            "capabilities",
-            lambda: self.watches.follow_capabilities(
-                self.options.capability_refresh, self._config_lock, self._took_facts
-            ),
-        )
+            self.workers.append(spawn(f"worker-{i}", self._work))
 
     def _log_blocked(self) -> None:
         """Say once, when it starts and when it ends, that writes are held back and why."""
@@ -390,17 +302,13 @@ class Controller:
         if self.leading():
             self.status.flush()
 
-    def _took_facts(self, facts: ServerFacts) -> None:
-        self.facts = facts
-        self._refresh_pod_level()
-
     def _work(self) -> None:
         while not self.stop.is_set():
             try:
                 self._work_once()
             except Exception:  # a bug outside reconcile itself: log, count, keep the worker
                 log.exception("worker crashed; continuing")
-                self._error("worker")
+                self.count_error("worker")
                 self.stop.wait(0.5)
 
     def _work_once(self) -> None:
@@ -419,7 +327,7 @@ class Controller:
             return
         except Exception:
             log.exception("reconcile crashed; node will be retried", extra={"node": node})
-            self._error("reconcile")
+            self.count_error("reconcile")
             self.queue.done(node)
             self.queue.add(node, after=self.retry.next(node), hold=True)
             return
@@ -451,11 +359,3 @@ class Controller:
         for server in self._servers:
             server.shutdown()
         log.info("stopped", extra={"identity": self.identity})
-
-    def run(self) -> None:
-        self.start()
-        try:
-            while not self.stop.wait(1.0):
-                pass
-        finally:
-            self.shutdown()

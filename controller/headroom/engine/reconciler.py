@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..cluster.cache import ClusterCache, NodeView
+from ..cluster.config import ConfigState
 from ..cluster.writer import (
     APPLIED,
     CONFLICT,
@@ -34,7 +35,6 @@ from ..core.quota import QuotaBudget
 from ..core.records import Node, Pod
 from .annotations import Annotations, annotation_due, shown
 from .backoff import PodBackoff
-from .config import ConfigState
 from .foreign import ForeignWriters
 from .queue import NodeBusy
 from .unapplied import UNAPPLIED, Unapplied

@@ -1,6 +1,7 @@
-"""The webhook inside `headroom run`: serve it once its certificate files exist, and keep
-its certificate right (the leader's Secret and the configuration's caBundle, and, off a
-cluster, a directory of the controller's own)."""
+"""Serving the webhook once its certificate files exist (`WebhookHost`, in `headroom
+webhook` and in `headroom run --webhook-cert-dir`), and keeping its certificate right
+(`CertificateKeeper`, the controller leader's job: the Secret and the configuration's
+caBundle, and, off a cluster, a directory of the controller's own)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cluster.client import Api
+from ..cluster.inputs import Inputs
 from ..cluster.loop import every
 from ..cluster.writer import NotLeader
 from .certs import CertManager
 from .peers import ApiServerPeers
 from .server import Sources, WebhookServer
 
-log = logging.getLogger("headroom.controller")
+log = logging.getLogger("headroom.webhook")
 
 
 class UnsafeCertDir(ValueError):
-    """A certificate directory the controller would write its private key into, but that
-    someone else owns or may write to."""
+    """A certificate directory the controller would write its private key into (or the
+    webhook read it from), but that someone else owns or may write to."""
 
 
 def _no_foreign_links(path: Path, uid: int) -> None:
@@ -112,9 +114,20 @@ class Certificate:
     check_every: float = 10.0
 
 
+@dataclass(frozen=True)
+class Serving:
+    """Where and how a process serves the webhook."""
+
+    cert_dir: str  # tls.crt and tls.key
+    port: int = 9443
+    host: str = "0.0.0.0"
+    cert_reload: float = 10.0  # seconds between checks of the certificate files
+    api_server_cidrs: tuple[str, ...] = ()  # besides the EndpointSlice default/kubernetes
+
+
 @dataclass
 class Replica:
-    """What the host needs of the replica it runs in."""
+    """What the certificate keeper needs of the controller replica it runs in."""
 
     stop: threading.Event
     leading: Callable[[], bool]
@@ -123,38 +136,31 @@ class Replica:
 
 
 class WebhookHost:
-    """Every replica serves the webhook, leader or not; the leader keeps its certificate."""
+    """Serves the webhook from a certificate directory, once its files are there, with
+    what a process's inputs (cluster/inputs.py) know."""
 
     def __init__(
         self,
         api: Api,
-        replica: Replica,
-        sources: Sources,
-        *,
-        cert_dir: str | None,
-        port: int,
-        host: str,
+        stop: threading.Event,
+        on_error: Callable[[str], None],
+        inputs: Inputs,
         observe: Callable[[str, float], None],
-        reload_every: float,
-        certificate: Certificate | None,
-        peers: ApiServerPeers | None = None,
+        serving: Serving,
     ) -> None:
-        self.api, self.replica, self.sources = api, replica, sources
-        self.peers = peers if peers is not None else ApiServerPeers(on_error=replica.on_error)
-        self.cert_dir = Path(cert_dir) if cert_dir else None
-        self.port, self.host, self.observe, self.reload_every = port, host, observe, reload_every
-        self.certificate = certificate
+        self.api, self.stop, self.on_error, self.observe = api, stop, on_error, observe
+        self.sources = Sources.of(inputs)
+        self.peers = ApiServerPeers(serving.api_server_cidrs, on_error=on_error)
+        self.cert_dir = Path(serving.cert_dir)
+        self.port, self.host, self.reload_every = serving.port, serving.host, serving.cert_reload
         self.server: WebhookServer | None = None
-        self._own_files: Path | None = None  # the certificate directory the controller keeps itself
 
     def start(self) -> None:
         """Check the certificate directory (an unsafe one raises UnsafeCertDir here, said
         once) and serve once its files exist, from a thread that ends when the server runs."""
-        if self.cert_dir is None:
-            return
-        self._own_files = own_cert_dir(self.cert_dir)
+        own_cert_dir(self.cert_dir)
         threading.Thread(
-            target=self.peers.follow, args=(self.api, self.replica.stop), name="api-server-peers", daemon=True
+            target=self.peers.follow, args=(self.api, self.stop), name="api-server-peers", daemon=True
         ).start()
         threading.Thread(target=self._serve_when_ready, name="webhook-start", daemon=True).start()
 
@@ -169,7 +175,6 @@ class WebhookHost:
         """A managed Secret appears in the mounted directory only after the leader created
         it and the kubelet synced it."""
         cert_dir = self.cert_dir
-        assert cert_dir is not None
         said = False
 
         def start() -> bool:
@@ -185,18 +190,31 @@ class WebhookHost:
             log.info("webhook serving", extra={"port": self.port})
             return True
 
-        every(1.0, self.replica.stop, start, "webhook server start", "webhook", self.replica.on_error, first=0.0)
+        every(1.0, self.stop, start, "webhook server start", "webhook", self.on_error, first=0.0)
 
-    def keep_certificate(self) -> None:
-        """The leader keeps the webhook certificate and the caBundle right (webhook/certs.py).
-        A check reads the Secret and the webhook configuration (two GETs) and fixes what
+
+class CertificateKeeper:
+    """The leader keeps the webhook certificate and the caBundle right (webhook/certs.py);
+    every replica writes them into a directory of its own off a cluster (`cert_dir`, when
+    it is not a Secret volume)."""
+
+    def __init__(self, api: Api, replica: Replica, certificate: Certificate, cert_dir: str | None) -> None:
+        self.api, self.replica, self.certificate = api, replica, certificate
+        self.cert_dir = Path(cert_dir) if cert_dir else None
+
+    def run(self) -> None:
+        """A check reads the Secret and the webhook configuration (two GETs) and fixes what
         differs, whatever the order the user made them in: every `check_every` seconds, at
         once when this replica starts or stops leading, and every second while its own
         directory has no certificate yet."""
-        c = self.certificate
-        assert c is not None
+        c, replica = self.certificate, self.replica
         manager = CertManager(self.api, c.namespace, c.secret, list(c.names), c.configuration)
-        files, replica = self._own_files, self.replica
+        try:
+            files = own_cert_dir(self.cert_dir) if self.cert_dir is not None else None
+        except UnsafeCertDir as exc:
+            log.error("webhook certificate not written", extra={"error": str(exc)})
+            replica.on_error("certificate")
+            files = None
         due, was_leading = 0.0, None
 
         def check() -> None:

@@ -149,12 +149,11 @@ def patch_for(
 ) -> list[dict[str, Any]]:
     """JSONPatch operations for a pod being created; [] when nothing applies.
 
-    `nodes` is the controller's node cache (None: not synced, so no mutation);
-    `pod_level_resize` the controller's own answer, per node, to whether a pod-level limit
-    can be resized there (by default no: a pod-level pod then gets nothing it could never
-    shed). Raises PlacementTooCostly (the caller counts and logs it) when the pod's
-    affinity is too costly to match. The pod
-    gets a limit only if the controller would manage it on every candidate node: the same
+    `nodes` is the process's node cache (None: not synced, so no mutation);
+    `pod_level_resize` its inputs' answer, per node, to whether a pod-level limit can be
+    resized there (the reconciler's own; by default no: a pod-level pod then gets nothing
+    it could never shed). Raises PlacementTooCostly (the caller counts and logs it) when
+    the pod's affinity is too costly to match. The pod gets a limit only if the controller would manage it on every candidate node: the same
     eligibility function decides per node with that node's settings (dry-run, paused and
     blocked configurations mutate nothing), and the namespace's VerticalPodAutoscalers.
     Limits the namespace's LimitRanges would refuse are not set (the pod is admitted as

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -39,20 +39,36 @@ from .fairqueue import DIRECT, FairQueue, Job
 from .mutation import no_pod_level, patch_for
 from .peers import ApiServerPeers
 
+if TYPE_CHECKING:  # only named: a server on inputs of its own (the tests' stubs) loads no watch code
+    from ..cluster.inputs import Inputs
+
 log = logging.getLogger("headroom.webhook")
 
 
 @dataclass(frozen=True, slots=True)
 class Sources:
-    """What the webhook reads of the controller, each asked at the moment of a decision.
-    Every default is the answer that mutates nothing."""
+    """What the webhook reads of its process's inputs, each asked at the moment of a
+    decision. Every default is the answer that mutates nothing."""
 
     namespace: Callable[[str], Namespace | None]
     resolver: Callable[[], Resolver]
-    blocked: Callable[[], str | None] = lambda: None  # why the controller's view is incomplete
+    blocked: Callable[[], str | None] = lambda: None  # why the view is incomplete
     neighbours: Callable[[], Neighbours] = lambda: EMPTY
     nodes: Callable[[], Mapping[str, Node] | None] = lambda: None  # None: not synced
-    pod_level_resize: Callable[[Node], bool] = no_pod_level  # the controller's capability fact
+    pod_level_resize: Callable[[Node], bool] = no_pod_level  # the reconciler's own capability fact
+
+    @classmethod
+    def of(cls, inputs: Inputs) -> Sources:
+        """What a process's inputs (cluster/inputs.py) give the webhook."""
+        cache = inputs.cache
+        return cls(
+            namespace=cache.namespace,
+            resolver=lambda: inputs.config.resolver,
+            blocked=inputs.problem,
+            neighbours=lambda: cache.neighbours,
+            nodes=cache.nodes_snapshot,
+            pod_level_resize=inputs.pod_level_for,
+        )
 
 
 def whose(meta: Mapping[str, Any]) -> tuple[str, str | None]:

@@ -28,7 +28,7 @@ from headroom.webhook.certs import issue
 from helpers.chart import CHART, HELM
 from helpers.cluster_helpers import K8S_VERSION, install_prometheus_operator_crds
 from helpers.install_helpers import KUBECTL, LEASE, NS, Cluster, headroom, installed_cluster, kubectl_run, limit, wait
-from helpers.webhook_client import post_review
+from helpers.webhook_client import admission_review, pod_to_create, post_review
 
 
 @pytest.fixture(scope="module")
@@ -409,30 +409,7 @@ def test_the_production_values_install_three_replicas_and_the_prometheus_operato
 def _large_review(uid: str, containers: int) -> bytes:
     """An AdmissionReview of a new pod with `containers` containers, each asking for CPU and
     no limit: costly to read and decide (what a hostile tenant sends, over and over)."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "flood-", "namespace": "team"},
-        "spec": {
-            "containers": [
-                {"name": f"c{i}", "image": "x", "resources": {"requests": {"cpu": "10m"}}} for i in range(containers)
-            ]
-        },
-    }
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "team",
-            "operation": "CREATE",
-            "userInfo": {"username": "tenant"},
-            "object": pod,
-        },
-    }
-    return json.dumps(review).encode()
+    return json.dumps(admission_review(pod_to_create(containers, "10m"), uid, username="tenant")).encode()
 
 
 def test_a_webhook_flood_holds_back_no_resize_and_restarts_no_controller(cluster: Cluster) -> None:

@@ -1,4 +1,4 @@
-"""The configuration the controller runs on (see api/resolve.py for the rules).
+"""The configuration both processes run on (see api/resolve.py for the rules).
 
 It fails closed: no HeadroomConfig, an invalid one with no valid version known, or a
 profile with no usable version blocks writes in their scope; the last valid version of
@@ -21,7 +21,12 @@ log = logging.getLogger("headroom.config")
 
 
 class ConfigState:
-    def __init__(self) -> None:
+    """The resolved configuration and the last valid version of each object. `say`: log
+    its problems and whether writes are blocked (the controller does; the webhook process,
+    which reports nothing, does not say them twice)."""
+
+    def __init__(self, say: bool = True) -> None:
+        self.say = say
         self._lock = threading.Lock()
         self._remembered: dict[str, dict[str, Any]] = {}
         self.resolution: Resolution = resolve((), ())
@@ -53,6 +58,17 @@ class ConfigState:
             # Remember only objects that still exist: a deleted object's spec must not come back.
             self._remembered = dict(new.applied)
             self.resolution = new
+        if self.say:
+            self._say(old, new, configs, profiles)
+        return new
+
+    def _say(
+        self,
+        old: Resolution,
+        new: Resolution,
+        configs: list[Mapping[str, Any]],
+        profiles: list[Mapping[str, Any]],
+    ) -> None:
         for key, message in new.problems.items():
             if old.problems.get(key) != message:
                 log.error(
@@ -79,4 +95,3 @@ class ConfigState:
                 else:
                     log.info("configuration usable: writes resume")
             self._said_blocked = blocked
-        return new
