@@ -71,7 +71,13 @@ MMDEBSTRAP := /usr/bin/mmdebstrap
 $(MMDEBSTRAP):
 	apt-get install -y -qq mmdebstrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq mmdebstrap >/dev/null; }
 
-tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP) $(REDIS)
+# The cgroup v2 node: a QEMU guest (software emulation) booting Debian's cloud kernel from an
+# initramfs that cpio packs (tests/testbed/vmnode.py; the kernel is downloaded, never installed).
+QEMU := /usr/bin/qemu-system-x86_64 /usr/bin/cpio
+$(QEMU):
+	apt-get install -y -qq --no-install-recommends qemu-system-x86 cpio >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends qemu-system-x86 cpio >/dev/null; }
+
+tools: $(PROMTOOL) $(KUBE_TOOLS) $(CHROMIUM) $(NODE_FILES) $(MMDEBSTRAP) $(REDIS) $(QEMU)
 
 # The controller image as an OCI archive (import it with `ctr images import`, or push it
 # with skopeo/crane); the Dockerfile describes the same image for those with Docker.

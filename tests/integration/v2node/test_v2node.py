@@ -1,0 +1,76 @@
+"""Headroom on a cgroup v2 node: the kubelet, containerd, runc and the kernel of a Debian
+cloud guest (`testbed.vmnode`). What is asserted is what the guest's kernel holds: the
+container's and the pod's `cpu.max` (quota and period) after each resize.
+"""
+
+from __future__ import annotations
+
+import time
+
+from headroom.cluster.client import Api, pod_path
+from headroom.core.quantity import cpu_milli
+from helpers.cluster_helpers import wait_for, wait_limits
+from helpers.realnode_helpers import PERIOD_US, wait_running
+from testbed.node import busy_pod
+from testbed.vmnode import VmNode
+
+
+def _cpu_max(node: VmNode, path: str) -> str:
+    return node.read(f"{path}/cpu.max").strip()
+
+
+def _wait_cpu_max(node: VmNode, api: Api, ns: str, name: str, timeout: float = 60) -> tuple[str, str, float]:
+    """Seconds until the pod's container and pod cgroups both hold the quota its spec's CPU
+    limit says (period 100 ms), and the two `cpu.max` values."""
+    start = time.monotonic()
+    while True:
+        pod = api.get(pod_path(ns, name))
+        limit = cpu_milli(pod["spec"]["containers"][0]["resources"]["limits"]["cpu"])
+        want = f"{limit * PERIOD_US // 1000} {PERIOD_US}"
+        container = _cpu_max(node, node.container_cgroup(pod, "app"))
+        whole = _cpu_max(node, node.pod_cgroup(pod))
+        if container == want and whole == want:
+            return container, whole, time.monotonic() - start
+        assert time.monotonic() - start < timeout, (
+            f"{ns}/{name}: limit {limit}m, container cpu.max {container!r}, pod cpu.max {whole!r}, want {want!r}; "
+            f"the kubelet says {pod['status'].get('conditions')}"
+        )
+        time.sleep(0.2)
+
+
+def test_a_managed_limit_is_followed_by_cpu_max_up_and_down(api, namespace, v2_node, headroom_config, start_controller):
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("app", v2_node.name, "100m", "200m", busy=False))
+    pod = wait_running(api, namespace, "app", timeout=180)
+    container, whole = v2_node.container_cgroup(pod, "app"), v2_node.pod_cgroup(pod)
+    assert _cpu_max(v2_node, container) == _cpu_max(v2_node, whole) == f"20000 {PERIOD_US}"  # 200m, before Headroom
+    weight = v2_node.read(f"{container}/cpu.weight").strip()
+
+    headroom_config()
+    start_controller()
+    # One pod on 2 cores less 100m reserved: 100m + the unbooked 1800m, capped at 10 x the request.
+    wait_limits(api, namespace, "app", ["1"], timeout=90)
+    up = _wait_cpu_max(v2_node, api, namespace, "app")
+    assert up[:2] == (f"100000 {PERIOD_US}", f"100000 {PERIOD_US}")
+
+    # A second pod books 1500m: the node's slack shrinks, and the first pod's limit and
+    # both its cgroups come down with it.
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("big", v2_node.name, "1500m", None, busy=False))
+    wait_running(api, namespace, "big", timeout=180)
+    wait_for(
+        api,
+        pod_path(namespace, "app"),
+        lambda p: cpu_milli(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) < 1000,
+        90,
+    )
+    down = _wait_cpu_max(v2_node, api, namespace, "app")
+    big = _wait_cpu_max(v2_node, api, namespace, "big")
+    after = api.get(pod_path(namespace, "app"))["status"]["containerStatuses"][0]
+    big_pod = api.get(pod_path(namespace, "big"))
+    big_weight = v2_node.read(f"{v2_node.container_cgroup(big_pod, 'app')}/cpu.weight").strip()
+    print(
+        f"\ncgroup v2 node {v2_node.name} (kernel {v2_node.kernel_release}, QEMU {v2_node.accel}): cpu.max "
+        f"20000 -> {up[0]} in {up[2]:.1f}s -> {down[0]} in {down[2]:.1f}s; the second pod {big[0]}; "
+        f"cpu.weight of a 100m request {weight}, of a 1500m request {big_weight} "
+        f"(ratio {int(big_weight) / int(weight):.2f}; the requests' 15.00)"
+    )
+    assert after["restartCount"] == 0 and after["containerID"] == pod["status"]["containerStatuses"][0]["containerID"]

@@ -1,0 +1,445 @@
+"""A real Kubernetes node on cgroup v2, in a virtual machine on this machine: what production
+nodes run, beside a `ControlPlane`, for the tests.
+
+This machine's kernel mounts cgroup v1 (the real node of `testbed/node.py` runs there). The
+node here is a QEMU guest booting Debian's cloud kernel (`linux-image-cloud-amd64`, its
+cgroup v2 with the `cpu` controller, `cpu.max`, `cpu.max.burst`, pressure files) from one
+initramfs that is its whole root file system:
+
+- a Debian root made by `mmdebstrap` (runc, the CNI plugins, iptables, kmod, busybox),
+  the kernel's modules, and the containerd and kubelet `tests/realnode/build.sh` builds,
+  cached under `.cache/vmnode/` (built once; rebuilt when what it is built from changes);
+- and, for each start, a small archive of the node's own: its kubelet client certificate,
+  the kubelet's and containerd's configuration, the pause and busybox images.
+
+QEMU's software emulation (TCG) runs it: a nested KVM guest hangs at kernel start here
+(`probe_kvm` says whether it works, and it is used when it does). Networking is QEMU's
+user mode: the guest reaches the host's loopback at 10.0.2.2 (the API server, named by
+`tls-server-name` so its certificate for 127.0.0.1 verifies), and the host reaches the
+guest only through the ports forwarded to 127.0.0.1: the kubelet's, and a read-only
+window on the guest's files (busybox httpd with a CGI that prints a file or lists a
+directory) the tests read cgroup files through. Nothing on the host is changed: no
+bridge, no sysctl, no cgroup, no mount; stopping the node is stopping QEMU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headroom.cluster.client import ApiError
+
+from .controlplane import ControlPlane, ControlPlaneError, free_port
+from .images import Entry, busybox_entries, write_image
+from .node import BUSYBOX, BUSYBOX_IMAGE, PAUSE_IMAGE, build_node
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "vmnode"
+SUITE = "bookworm"
+KERNEL_PACKAGE = "linux-image-cloud-amd64"
+PACKAGES = "runc,iptables,kmod,iproute2,containernetworking-plugins,busybox-static,ca-certificates,procps"
+# Loaded in this order at boot (the cloud kernel builds them as modules).
+MODULES = (
+    "virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net "
+    "llc stp bridge veth overlay br_netfilter"
+)
+GUEST_IP, HOST_IP = "10.0.2.15", "10.0.2.2"
+KUBELET_PORT, FILES_PORT = 10250, 8000
+
+INIT = f"""#!/bin/sh
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /run /tmp /sys/fs/cgroup
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /run
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+for m in {MODULES}; do modprobe $m; done
+ip link set lo up
+ip link set eth0 up
+ip addr add {GUEST_IP}/24 dev eth0
+ip route add default via {HOST_IP}
+echo "vmnode: cgroup $(stat -fc %T /sys/fs/cgroup), controllers $(cat /sys/fs/cgroup/cgroup.controllers)"
+busybox httpd -p {FILES_PORT} -h /opt/files
+exec /opt/node/start
+"""
+
+# GET /cgi-bin/read?PATH: the file's bytes, or a directory's entries one a line.
+READ_CGI = """#!/bin/sh
+p=$(busybox httpd -d "$QUERY_STRING")
+if [ -d "$p" ]; then printf 'Content-Type: text/plain\\r\\n\\r\\n'; ls -1 "$p"
+elif [ -r "$p" ]; then printf 'Content-Type: text/plain\\r\\n\\r\\n'; cat "$p"
+else printf 'Status: 404 Not Found\\r\\nContent-Type: text/plain\\r\\n\\r\\nno such file: %s\\n' "$p"; fi
+"""
+
+# The kubelet reads its file systems' sizes (cAdvisor) and knows none of the initramfs's
+# rootfs: its state, the runtime's and the logs are on a tmpfs of their own.
+START = f"""#!/bin/sh
+mkdir -p /var/lib/containerd /var/lib/kubelet /var/log/pods /etc/cni/net.d
+for d in /var/lib/containerd /var/lib/kubelet /var/log/pods; do mount -t tmpfs -o size=1g tmpfs $d; done
+cp /opt/node/10-headroom.conflist /etc/cni/net.d/
+containerd --config /opt/node/containerd.toml > /var/log/containerd.log 2>&1 &
+while [ ! -S /run/containerd/containerd.sock ]; do sleep 0.2; done
+for i in /opt/node/images/*.tar; do ctr -n k8s.io images import --local "$i" > /dev/null; done
+echo "vmnode: containerd up, images imported"
+kubelet --config=/opt/node/kubelet.yaml --kubeconfig=/opt/node/kubelet.kubeconfig \\
+  --hostname-override="$(cat /opt/node/name)" --node-ip={GUEST_IP} $(cat /opt/node/kubelet-args) --v=1 \\
+  > /var/log/kubelet.log 2>&1
+echo "vmnode: the kubelet exited ($?):"; tail -20 /var/log/kubelet.log
+exec sleep infinity
+"""
+
+
+def probe_kvm() -> bool:
+    """Whether QEMU may use KVM here. A guest hangs at kernel start on this machine under
+    KVM (measured), so KVM is used only when asked for with HEADROOM_VMNODE_KVM=1 and
+    /dev/kvm opens."""
+    if os.environ.get("HEADROOM_VMNODE_KVM") != "1":
+        return False
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def unavailable() -> str | None:
+    """Why a v2 node cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the VM node's root file system is built as root (mmdebstrap --mode=root)"
+    for tool, package in (("qemu-system-x86_64", "qemu-system-x86"), ("cpio", "cpio"), ("mmdebstrap", "mmdebstrap")):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian package {package}; `make tools` installs it)"
+    return None
+
+
+def _run(argv: list[str], what: str, **kw: Any) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"{what} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return str(proc.stdout)
+
+
+def _cpio(root: Path, out: Path) -> None:
+    """`root` as an uncompressed newc archive (the kernel unpacks it as the root file system)."""
+    with out.open("wb") as f:
+        files = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
+        subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=files, stdout=f, check=True)
+
+
+@dataclass(frozen=True)
+class Base:
+    kernel: Path
+    initrd: Path
+    kernel_release: str
+
+
+def build_base() -> Base:
+    """The kernel and the base initramfs, built once into .cache/vmnode/<stamp>/."""
+    bin_dir = build_node()
+    stamp_src = json.dumps([SUITE, KERNEL_PACKAGE, PACKAGES, MODULES, INIT, READ_CGI, START]).encode()
+    for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr"):
+        stamp_src += (bin_dir / "stamp").read_bytes() + name.encode()
+    stamp = hashlib.sha256(stamp_src).hexdigest()[:16]
+    out = CACHE / stamp
+    done = out / "done"
+    if done.exists():
+        meta = json.loads(done.read_text())
+        return Base(out / "vmlinuz", out / "base.cpio", meta["release"])
+    why = unavailable()
+    if why is not None:
+        raise ControlPlaneError(why)
+    started = time.monotonic()
+    if CACHE.is_dir():  # earlier builds: nothing reads them once their inputs have changed
+        for old in CACHE.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
+    out.mkdir(parents=True)
+    work = Path(tempfile.mkdtemp(prefix="vmnode-", dir=out))
+    try:
+        # The kernel: Debian's cloud flavour, downloaded and unpacked, never installed here.
+        deps = _run(["apt-cache", "depends", KERNEL_PACKAGE], "apt-cache depends")
+        image = next(
+            line.split(":", 1)[1].strip()
+            for line in deps.splitlines()
+            if line.strip().startswith("Depends: linux-image-")
+        )
+        _run(["apt-get", "download", image], "apt-get download " + image, cwd=work)
+        deb = next(work.glob(f"{image}_*.deb"))
+        kernel_tree = work / "kernel"
+        _run(["dpkg-deb", "-x", str(deb), str(kernel_tree)], "dpkg-deb -x")
+        release = image.removeprefix("linux-image-")
+        shutil.copy(kernel_tree / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
+        root = work / "root"
+        _run(
+            ["mmdebstrap", "--quiet", "--variant=minbase", "--mode=root", f"--include={PACKAGES}", SUITE, str(root)],
+            "mmdebstrap",
+        )
+        shutil.copytree(kernel_tree / "lib" / "modules", root / "lib" / "modules", dirs_exist_ok=True)
+        _run(["chroot", str(root), "depmod", release], "depmod")
+        for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr"):
+            shutil.copy(bin_dir / name, root / "usr" / "local" / "bin" / name)
+        # Left out: what a node never reads (docs, manuals, locales, apt's lists).
+        for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/lib/apt/lists", "var/cache/apt"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        (root / "init").write_text(INIT)
+        (root / "opt" / "files" / "cgi-bin").mkdir(parents=True)
+        (root / "opt" / "files" / "cgi-bin" / "read").write_text(READ_CGI)
+        (root / "opt" / "node").mkdir(parents=True)
+        (root / "opt" / "node" / "start").write_text(START)
+        for p in (root / "init", root / "opt" / "files" / "cgi-bin" / "read", root / "opt" / "node" / "start"):
+            p.chmod(0o755)
+        _cpio(root, out / "base.cpio")
+        done.write_text(json.dumps({"release": release, "seconds": round(time.monotonic() - started, 1)}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Base(out / "vmlinuz", out / "base.cpio", release)
+
+
+@dataclass
+class VmNode:
+    """One cgroup v2 node in a QEMU guest, joined to `control_plane` as `name`."""
+
+    control_plane: ControlPlane
+    name: str = "v2node"
+    cpus: int = 2
+    memory_mb: int = 3072
+    cpu_reserved: str = "100m"
+    labels: dict[str, str] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="headroom-vmnode-")))
+    accel: str = "tcg"
+    boot_seconds: float = 0.0  # from QEMU's start to the node Ready
+    kernel_release: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    kubelet_port: int = 0
+    files_port: int = 0
+
+    # --- the node's own archive --------------------------------------------------------
+    def _node_files(self, root: Path) -> None:
+        cp = self.control_plane
+        node = root / "opt" / "node"
+        (node / "images").mkdir(parents=True)
+        crt, key = cp.ca.issue(
+            self.workdir, "kubelet-client", [], common_name=f"system:node:{self.name}", organization="system:nodes"
+        )
+        for src, dst in ((cp.ca_file, "ca.crt"), (crt, "kubelet.crt"), (key, "kubelet.key")):
+            shutil.copy(src, node / dst)
+        port = cp.url.rsplit(":", 1)[1]
+        (node / "kubelet.kubeconfig").write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: c\n  cluster:\n    server: https://{HOST_IP}:{port}\n"
+            "    tls-server-name: 127.0.0.1\n    certificate-authority: /opt/node/ca.crt\n"
+            "users:\n- name: u\n  user:\n    client-certificate: /opt/node/kubelet.crt\n"
+            "    client-key: /opt/node/kubelet.key\n"
+            "contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n"
+        )
+        (node / "name").write_text(self.name)
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        (node / "kubelet-args").write_text(f"--node-labels={labels}" if labels else "")
+        (node / "kubelet.yaml").write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                    "kind": "KubeletConfiguration",
+                    "cgroupDriver": "cgroupfs",
+                    "cgroupsPerQOS": True,
+                    "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+                    "authentication": {
+                        "anonymous": {"enabled": False},
+                        "webhook": {"enabled": True},
+                        "x509": {"clientCAFile": "/opt/node/ca.crt"},
+                    },
+                    "authorization": {"mode": "Webhook"},
+                    "readOnlyPort": 0,
+                    "port": KUBELET_PORT,
+                    "failSwapOn": False,
+                    "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+                    "systemReserved": {"cpu": self.cpu_reserved},
+                    "enforceNodeAllocatable": ["pods"],
+                    "resolvConf": "",
+                    "nodeStatusUpdateFrequency": "2s",
+                    "syncFrequency": "5s",
+                    "shutdownGracePeriod": "0s",
+                }
+            )
+        )
+        (node / "10-headroom.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": "headroom",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": "cni0",
+                            "isGateway": True,
+                            "ipMasq": False,
+                            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/24"}]]},
+                        },
+                        {"type": "loopback"},
+                    ],
+                }
+            )
+        )
+        runtime = "plugins.'io.containerd.cri.v1.runtime'"
+        (node / "containerd.toml").write_text(
+            f"""version = 3
+[{runtime}.containerd]
+  default_runtime_name = "runc"
+[{runtime}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{runtime}.containerd.runtimes.runc.options]
+  BinaryName = "/usr/sbin/runc"
+  SystemdCgroup = false
+  # The guest's root is its initramfs, which pivot_root cannot leave (EINVAL): runc
+  # moves the container's root over / and chroots instead.
+  NoPivotRoot = true
+[{runtime}.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "/etc/cni/net.d"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+"""
+        )
+        applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+        write_image(
+            node / "images" / "pause.tar", PAUSE_IMAGE, [Entry("pause", source=build_node() / "pause")], ["/pause"]
+        )
+        write_image(node / "images" / "busybox.tar", BUSYBOX_IMAGE, busybox_entries(BUSYBOX, applets))
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self, timeout: float = 600) -> VmNode:
+        why = unavailable()
+        if why is not None:
+            raise ControlPlaneError(why)
+        base = build_base()
+        self.kernel_release = base.kernel_release
+        own = self.workdir / "own"
+        self._node_files(own)
+        initrd = self.workdir / "initrd.cpio"
+        _cpio(own, self.workdir / "own.cpio")
+        with initrd.open("wb") as out:  # the kernel unpacks concatenated archives in turn
+            for part in (base.initrd, self.workdir / "own.cpio"):
+                with part.open("rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 20)
+        self.kubelet_port, self.files_port = free_port(), free_port()
+        self.accel = "kvm" if probe_kvm() else "tcg"
+        net = (
+            f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.kubelet_port}-:{KUBELET_PORT},"
+            f"hostfwd=tcp:127.0.0.1:{self.files_port}-:{FILES_PORT}"
+        )
+        argv = [
+            "qemu-system-x86_64",
+            "-accel",
+            self.accel,
+            "-cpu",
+            "host" if self.accel == "kvm" else "max",
+            "-smp",
+            str(self.cpus),
+            "-m",
+            str(self.memory_mb),
+            "-kernel",
+            str(base.kernel),
+            "-initrd",
+            str(initrd),
+            "-append",
+            "console=ttyS0 rdinit=/init quiet",
+            "-nographic",
+            "-no-reboot",
+            "-netdev",
+            net,
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ]
+        began = time.monotonic()
+        with (self.workdir / "console.log").open("wb") as console:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready(began + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.boot_seconds = time.monotonic() - began
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        api = self.control_plane.api()
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise ControlPlaneError(f"QEMU exited ({self.proc.returncode}): {self.console_tail()}")
+            with contextlib.suppress(ApiError):
+                node = api.get(f"/api/v1/nodes/{self.name}")
+                conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+                if conds.get("Ready") == "True":
+                    return
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"node {self.name} never became Ready: {self.console_tail()}\nkubelet: {self.log_tail()}"
+                )
+            time.sleep(1.0)
+
+    def console_tail(self, chars: int = 3000) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / "console.log").read_bytes()[-chars:].decode(errors="replace")
+        return ""
+
+    def read(self, path: str, timeout: float = 30) -> str:
+        """A file of the guest (a directory: its entries, one a line), through its window."""
+        url = f"http://127.0.0.1:{self.files_port}/cgi-bin/read?{urllib.parse.quote(path)}"
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return str(r.read().decode())
+
+    def pod_cgroup(self, pod: dict[str, Any]) -> str:
+        """The pod's cgroup in the guest (the kubelet's cgroupfs layout on v2)."""
+        qos = pod["status"]["qosClass"].lower()
+        uid = pod["metadata"]["uid"]
+        return f"/sys/fs/cgroup/kubepods/pod{uid}" if qos == "guaranteed" else f"/sys/fs/cgroup/kubepods/{qos}/pod{uid}"
+
+    def container_cgroup(self, pod: dict[str, Any], container: str) -> str:
+        """A running container's cgroup in the guest: its pod's, then the container's ID."""
+        status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container)
+        return f"{self.pod_cgroup(pod)}/{status['containerID'].split('://', 1)[1]}"
+
+    def log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.read("/var/log/kubelet.log", timeout=5).splitlines()[-lines:])
+        return "(the guest's files are out of reach)"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+if __name__ == "__main__":  # a node to look at: python -m testbed.vmnode (from tests/)
+    from .controlplane import build
+
+    cp = ControlPlane(build()).start()
+    vm = VmNode(cp)
+    try:
+        vm.start()
+        print(
+            f"{vm.name} Ready in {vm.boot_seconds:.1f} s ({vm.accel}); cgroup:",
+            vm.read("/sys/fs/cgroup/cgroup.controllers"),
+        )
+    finally:
+        vm.stop()
+        cp.stop()
