@@ -77,11 +77,21 @@ exec /opt/node/start
 """
 
 # GET /cgi-bin/read?PATH: the file's bytes, or a directory's entries one a line.
+# GET /cgi-bin/write?PATH=VALUE (files under /sys/fs/cgroup only): what a node agent writes
+# there, answered with the kernel's verdict (the errno text when it refuses).
 READ_CGI = """#!/bin/sh
 p=$(busybox httpd -d "$QUERY_STRING")
 if [ -d "$p" ]; then printf 'Content-Type: text/plain\\r\\n\\r\\n'; ls -1 "$p"
 elif [ -r "$p" ]; then printf 'Content-Type: text/plain\\r\\n\\r\\n'; cat "$p"
 else printf 'Status: 404 Not Found\\r\\nContent-Type: text/plain\\r\\n\\r\\nno such file: %s\\n' "$p"; fi
+"""
+
+WRITE_CGI = """#!/bin/sh
+q=$(busybox httpd -d "$QUERY_STRING")
+p=${q%%=*}; v=${q#*=}
+printf 'Content-Type: text/plain\\r\\n\\r\\n'
+case "$p" in /sys/fs/cgroup/*) ;; *) echo "refused: only files under /sys/fs/cgroup"; exit 0;; esac
+if err=$(printf '%s' "$v" 2>&1 > "$p"); then echo ok; else echo "$err"; fi
 """
 
 # The kubelet reads its file systems' sizes (cAdvisor) and knows none of the initramfs's
@@ -150,7 +160,7 @@ class Base:
 def build_base() -> Base:
     """The kernel and the base initramfs, built once into .cache/vmnode/<stamp>/."""
     bin_dir = build_node()
-    stamp_src = json.dumps([SUITE, KERNEL_PACKAGE, PACKAGES, MODULES, INIT, READ_CGI, START]).encode()
+    stamp_src = json.dumps([SUITE, KERNEL_PACKAGE, PACKAGES, MODULES, INIT, READ_CGI, WRITE_CGI, START]).encode()
     for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr"):
         stamp_src += (bin_dir / "stamp").read_bytes() + name.encode()
     stamp = hashlib.sha256(stamp_src).hexdigest()[:16]
@@ -197,9 +207,11 @@ def build_base() -> Base:
         (root / "init").write_text(INIT)
         (root / "opt" / "files" / "cgi-bin").mkdir(parents=True)
         (root / "opt" / "files" / "cgi-bin" / "read").write_text(READ_CGI)
+        (root / "opt" / "files" / "cgi-bin" / "write").write_text(WRITE_CGI)
         (root / "opt" / "node").mkdir(parents=True)
         (root / "opt" / "node" / "start").write_text(START)
-        for p in (root / "init", root / "opt" / "files" / "cgi-bin" / "read", root / "opt" / "node" / "start"):
+        cgi = root / "opt" / "files" / "cgi-bin"
+        for p in (root / "init", cgi / "read", cgi / "write", root / "opt" / "node" / "start"):
             p.chmod(0o755)
         _cpio(root, out / "base.cpio")
         done.write_text(json.dumps({"release": release, "seconds": round(time.monotonic() - started, 1)}))
@@ -401,6 +413,13 @@ class VmNode:
         url = f"http://127.0.0.1:{self.files_port}/cgi-bin/read?{urllib.parse.quote(path)}"
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return str(r.read().decode())
+
+    def write(self, path: str, value: str, timeout: float = 30) -> str:
+        """Write a cgroup file of the guest as a node agent would: "ok", or the kernel's
+        refusal (e.g. "Invalid argument")."""
+        query = urllib.parse.quote(f"{path}={value}", safe="/=")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.files_port}/cgi-bin/write?{query}", timeout=timeout) as r:
+            return str(r.read().decode()).strip()
 
     def pod_cgroup(self, pod: dict[str, Any]) -> str:
         """The pod's cgroup in the guest (the kubelet's cgroupfs layout on v2)."""
