@@ -91,7 +91,8 @@ q=$(busybox httpd -d "$QUERY_STRING")
 p=${q%%=*}; v=${q#*=}
 printf 'Content-Type: text/plain\\r\\n\\r\\n'
 case "$p" in /sys/fs/cgroup/*) ;; *) echo "refused: only files under /sys/fs/cgroup"; exit 0;; esac
-if err=$(printf '%s' "$v" 2>&1 > "$p"); then echo ok; else echo "$err"; fi
+# dd, not the shell's printf: it says the kernel's errno ("Invalid argument"), not "I/O error".
+if err=$(printf '%s' "$v" | dd of="$p" status=none 2>&1); then echo ok; else echo "$err"; fi
 """
 
 # The kubelet reads its file systems' sizes (cAdvisor) and knows none of the initramfs's

@@ -10,7 +10,7 @@ import time
 from headroom.cluster.client import Api, pod_path
 from headroom.core.quantity import cpu_milli
 from helpers.cluster_helpers import wait_for, wait_limits
-from helpers.realnode_helpers import PERIOD_US, wait_running
+from helpers.realnode_helpers import PERIOD_US, wait_node_empty, wait_running
 from testbed.node import busy_pod
 from testbed.vmnode import VmNode
 
@@ -74,3 +74,48 @@ def test_a_managed_limit_is_followed_by_cpu_max_up_and_down(api, namespace, v2_n
         f"(ratio {int(big_weight) / int(weight):.2f}; the requests' 15.00)"
     )
     assert after["restartCount"] == 0 and after["containerID"] == pod["status"]["containerStatuses"][0]["containerID"]
+
+
+def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
+    api, namespace, v2_node, headroom_config, start_controller
+):
+    """A node agent's CFS burst (as Koordinator or Volcano sets `cpu.max.burst`) above the
+    quota Headroom's cut asks for: the kernel refuses the quota, the kubelet reports the
+    resize in error and keeps the higher limit; Headroom writes the pod once, says so in a
+    Warning event, and sends nothing more (the pod's generation stays where its cut left it)."""
+    wait_node_empty(api, v2_node.name, timeout=120)
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("app", v2_node.name, "100m", "200m", busy=False))
+    wait_running(api, namespace, "app", timeout=180)
+    headroom_config()
+    start_controller()
+    wait_limits(api, namespace, "app", ["1"], timeout=90)
+    _wait_cpu_max(v2_node, api, namespace, "app")
+    container = v2_node.container_cgroup(api.get(pod_path(namespace, "app")), "app")
+    assert v2_node.write(f"{container}/cpu.max.burst", "100000") == "ok"
+    # What the node will do with a quota below it: the kernel's own answer.
+    assert "Invalid argument" in v2_node.write(f"{container}/cpu.max", f"25000 {PERIOD_US}")
+
+    api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("big", v2_node.name, "1500m", None, busy=False))
+    cut = wait_for(
+        api,
+        pod_path(namespace, "app"),
+        lambda p: any(
+            c["type"] == "PodResizeInProgress" and c.get("reason") == "Error"
+            for c in p["status"].get("conditions") or []
+        ),
+        120,
+    )
+    limit = cut["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    message = next(c["message"] for c in cut["status"]["conditions"] if c["type"] == "PodResizeInProgress")
+    generation = cut["metadata"]["generation"]
+    time.sleep(45)  # the kubelet retries about once a second meanwhile
+    after = api.get(pod_path(namespace, "app"))
+    events = [e["reason"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]]
+    print(
+        f"\ncut to {limit} refused by the node: {message[-160:]}; generation {generation} -> {after['metadata']['generation']}"
+    )
+    assert cpu_milli(limit) < 1000 and "cpu.max: invalid argument" in message
+    assert after["metadata"]["generation"] == generation  # no write after the refusal
+    assert after["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "1"  # the node kept the old one
+    assert _cpu_max(v2_node, container) == f"100000 {PERIOD_US}"
+    assert "CPULimitAdjustSkipped" in events and "ResizeError" in events
