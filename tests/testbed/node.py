@@ -153,7 +153,11 @@ def _hierarchies() -> list[Path]:
 
 @dataclass(frozen=True, slots=True)
 class CpuCounters:
-    """A container's CPU counters at one moment, from its cgroups."""
+    """A container's CPU counters at one moment, from its cgroup and its pod's. The kubelet
+    gives the pod's cgroup the sum of its containers' quotas, so for a pod of one container
+    both hold the same quota, and the kernel counts the throttling on whichever of the two
+    runs out first: the pod's alone in some runs (0 % in the container's at exactly its
+    quota). Throttling here is the larger of the two."""
 
     at: float  # monotonic seconds
     periods: int  # CFS periods with the container runnable (cpu.stat nr_periods)
@@ -161,16 +165,27 @@ class CpuCounters:
     throttled_ns: int  # time it was throttled (throttled_time)
     usage_ns: int  # CPU time it used (cpuacct.usage)
     quota_us: int  # cpu.cfs_quota_us now (-1: no limit)
+    pod_periods: int = 0  # the same three of the pod's cgroup
+    pod_throttled: int = 0
+    pod_throttled_ns: int = 0
 
     def since(self, before: CpuCounters) -> tuple[float, float, float]:
         """(share of CFS periods throttled, throttled seconds per second, cores used)
-        between `before` and this reading."""
+        between `before` and this reading; throttling the larger of the container's and
+        its pod's."""
         seconds = self.at - before.at
-        periods = self.periods - before.periods
-        share = (self.throttled - before.throttled) / periods if periods else 0.0
+
+        def share(periods: int, throttled: int) -> float:
+            return throttled / periods if periods else 0.0
+
         return (
-            share,
-            (self.throttled_ns - before.throttled_ns) / 1e9 / seconds,
+            max(
+                share(self.periods - before.periods, self.throttled - before.throttled),
+                share(self.pod_periods - before.pod_periods, self.pod_throttled - before.pod_throttled),
+            ),
+            max(self.throttled_ns - before.throttled_ns, self.pod_throttled_ns - before.pod_throttled_ns)
+            / 1e9
+            / seconds,
             (self.usage_ns - before.usage_ns) / 1e9 / seconds,
         )
 
@@ -612,6 +627,7 @@ state = "{w / "state"}"
         acct = CGROUP_V1 / "cpuacct" / cgroup.relative_to(CGROUP_V1 / "cpu")
         try:
             stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
+            pod = dict(line.split() for line in (cgroup.parent / "cpu.stat").read_text().splitlines())
             return CpuCounters(
                 time.monotonic(),
                 int(stat["nr_periods"]),
@@ -619,6 +635,9 @@ state = "{w / "state"}"
                 int(stat["throttled_time"]),
                 int((acct / "cpuacct.usage").read_text()),
                 int((cgroup / "cpu.cfs_quota_us").read_text()),
+                int(pod["nr_periods"]),
+                int(pod["nr_throttled"]),
+                int(pod["throttled_time"]),
             )
         except (OSError, KeyError, ValueError):  # the container went away between two reads
             return None
