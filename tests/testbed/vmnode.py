@@ -439,6 +439,7 @@ class VmNode:
         return "(the guest's files are out of reach)"
 
     def stop(self) -> None:
+        """Stop QEMU (the guest and all it ran go with it) and remove the work directory."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -447,6 +448,7 @@ class VmNode:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":  # a node to look at: python -m testbed.vmnode (from tests/)
