@@ -108,7 +108,7 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     limit = cut["spec"]["containers"][0]["resources"]["limits"]["cpu"]
     message = next(c["message"] for c in cut["status"]["conditions"] if c["type"] == "PodResizeInProgress")
     generation = cut["metadata"]["generation"]
-    time.sleep(45)  # the kubelet retries about once a second meanwhile
+    time.sleep(20)  # the kubelet retries about once a second meanwhile; the controller passes over the node
     after = api.get(pod_path(namespace, "app"))
     events = [e["reason"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]]
     print(
@@ -119,3 +119,24 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     assert after["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "1"  # the node kept the old one
     assert _cpu_max(v2_node, container) == f"100000 {PERIOD_US}"
     assert "CPULimitAdjustSkipped" in events and "ResizeError" in events
+
+
+def test_a_pod_born_with_the_webhooks_limit_runs_under_it_from_its_start(
+    api, namespace, v2_node, headroom_config, webhook_controller
+):
+    """The webhook's birth limit on a v2 node: the pod is created with request x
+    initialMultiplier, and its container starts under that quota (no resize: with
+    maxMultiplier equal to the initial multiplier the controller's target is the same)."""
+    wait_node_empty(api, v2_node.name, timeout=120)
+    headroom_config(maxMultiplier=2, webhook={"initialMultiplier": 2})
+    webhook_controller("headroom-v2")
+    made = api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("born", v2_node.name, "150m", None, busy=False))
+    assert made["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "300m"
+    pod = wait_running(api, namespace, "born", timeout=180)
+    container = v2_node.container_cgroup(pod, "app")
+    assert _cpu_max(v2_node, container) == _cpu_max(v2_node, v2_node.pod_cgroup(pod)) == f"30000 {PERIOD_US}"
+    time.sleep(5)  # the controller's first pass over the node (debounce 500 ms)
+    events = [e["reason"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]]
+    after = api.get(pod_path(namespace, "born"))
+    assert "ResizeStarted" not in events and after["metadata"]["generation"] == 1
+    assert _cpu_max(v2_node, container) == f"30000 {PERIOD_US}"
