@@ -186,12 +186,13 @@ def patch_for(
             return []
         if eligibility(record, namespace, node, settings, pod_level_resize=pod_level_resize(node), vpa=vpa) != MANAGED:
             return []
-    if user_cap(record)[1] is not None:
+    cap, problem = user_cap(record)
+    if problem is not None:
         return []  # the controller leaves such a pod alone (InvalidAnnotation); so does the webhook
     every = [s for _, s in kinds.values()]
     allocatable = min(n.allocatable_cpu for n in candidates)
     settings = strictest(every)
-    ops, limits, pod_limit = _limit_ops(record, spec, settings, allocatable if allocatable > 0 else None)
+    ops, limits, pod_limit = _limit_ops(record, spec, settings, cap, allocatable if allocatable > 0 else None)
     ranges = neighbours.limit_ranges.get(record.namespace)
     if ops and ranges and limit_range_refusal(record, ranges, limits, pod_limit) is not None:
         ops = []
@@ -206,16 +207,17 @@ def patch_for(
 
 
 def _limit_ops(
-    record: Pod, spec: Mapping[str, Any], settings: Settings, allocatable: int | None
+    record: Pod, spec: Mapping[str, Any], settings: Settings, cap: int | None, allocatable: int | None
 ) -> tuple[list[dict[str, Any]], dict[str, int], int | None]:
     """The limit operations, the container limits they set and the pod-level one: the
     policy's initial target (core/policy.py) for the containers that have no CPU limit yet
-    (or the pod-level limit), written where the pod's spec has them."""
+    (or the pod-level limit), within the max-cpu annotation's `cap`, written where the
+    pod's spec has them."""
     pl = record.pod_level
     if pl is not None:
         if not pl.cpu_request or pl.cpu_limit is not None:
             return [], {}, None
-        limit = initial_target(Managed(record, (), user_cap(record)[0]), allocatable, settings).target
+        limit = initial_target(Managed(record, (), cap), allocatable, settings).target
         has_limits = bool((spec.get("resources") or {}).get("limits"))
         path, value = (
             ("/spec/resources/limits/cpu", format_milli(limit))
@@ -227,7 +229,7 @@ def _limit_ops(
     unlimited = tuple(c for c in computed_containers(record, settings) if c.cpu_limit is None)
     if not unlimited:
         return [], {}, None
-    target = initial_target(Managed(record, unlimited, user_cap(record)[0]), allocatable, settings)
+    target = initial_target(Managed(record, unlimited, cap), allocatable, settings)
     new = {c.name: c.target for c in target.containers}
     ops = []
     for group, kind_ok in (("containers", True), ("initContainers", False)):
