@@ -49,6 +49,18 @@ def headroom_cli(
     )
 
 
+def kubectl(kubeconfig: Path | str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """kubectl (the tools' 1.36) as a user types it, with their kubeconfig."""
+    from helpers.chart import TOOLS
+
+    return subprocess.run(
+        [str(TOOLS / "bin" / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def create_pod(api: Api, ns: str, node: str, name: str, **kw: Any) -> dict[str, Any]:
     body = pod(name, namespace=ns, node=node, **kw)
     body["status"] = {}

@@ -5,7 +5,6 @@ keeps the rest of the node managed."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from typing import Any
@@ -13,12 +12,10 @@ from typing import Any
 import pytest
 
 from headroom.cluster.client import APPLY_PATCH, Api, pod_path
-from helpers.chart import TOOLS
-from helpers.cluster_helpers import cpu_limits, create_pod, events, headroom_cli, live_plan, wait_limits
+from helpers.cluster_helpers import cpu_limits, create_pod, events, headroom_cli, kubectl, live_plan, wait_limits
 from helpers.factories import container
 from testbed.sim_kubelet import SimulatedKubelet
 
-KUBECTL = TOOLS / "bin" / "kubectl"
 FIGHT_SECONDS = 90.0
 EVERY = 5.0
 
@@ -143,22 +140,15 @@ def test_a_second_writer_keeps_the_limit_and_headroom_steps_back(cluster, contro
             _wait_managed(api, ns, name)
 
         # The writer has stopped; a person hands the pod back as docs/policy.md says, with kubectl.
-        out = subprocess.run(
-            [
-                str(KUBECTL),
-                "--kubeconfig",
-                str(control_plane.kubeconfig()),
-                "annotate",
-                "pod",
-                contested,
-                "-n",
-                ns,
-                "--overwrite",
-                "kube-headroom.dev/reclaim-limit=1",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        out = kubectl(
+            control_plane.kubeconfig(),
+            "annotate",
+            "pod",
+            contested,
+            "-n",
+            ns,
+            "--overwrite",
+            "kube-headroom.dev/reclaim-limit=1",
         )
         assert out.returncode == 0, out.stderr
         _wait_managed(api, ns, contested)  # restored once more: Headroom's target, not 700m
@@ -177,24 +167,8 @@ def test_one_change_by_hand_is_restored_and_said(cluster, control_plane):
         _wait_managed(api, ns, name)
         target = cpu_limits(api, ns, name)
         patch = '{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"700m"}}}]}}'
-        out = subprocess.run(
-            [
-                str(KUBECTL),
-                "--kubeconfig",
-                str(control_plane.kubeconfig()),
-                "patch",
-                "pod",
-                name,
-                "-n",
-                ns,
-                "--subresource",
-                "resize",
-                "-p",
-                patch,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        out = kubectl(
+            control_plane.kubeconfig(), "patch", "pod", name, "-n", ns, "--subresource", "resize", "-p", patch
         )
         assert out.returncode == 0, out.stderr
         wait_limits(api, ns, name, target, timeout=20)

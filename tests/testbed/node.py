@@ -190,6 +190,35 @@ class CpuCounters:
         )
 
 
+def kubelet_config(ca_file: str, runtime_socket: str, port: int, cpu_reserved: str, **more: Any) -> dict[str, Any]:
+    """The KubeletConfiguration every test node runs (the cgroupfs driver, webhook authn and
+    authz against the tests' CA, `cpu_reserved` for the system, fast status), with `more`."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failSwapOn": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": True,
+        "containerRuntimeEndpoint": f"unix://{runtime_socket}",
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": ca_file},
+        },
+        "authorization": {"mode": "Webhook"},
+        "readOnlyPort": 0,
+        "port": port,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "systemReserved": {"cpu": cpu_reserved},
+        "enforceNodeAllocatable": ["pods"],
+        "resolvConf": "",
+        "nodeStatusUpdateFrequency": "2s",
+        "syncFrequency": "5s",
+        "shutdownGracePeriod": "0s",
+        **more,
+    }
+
+
 def busy_pod(
     name: str, node: str | None, request: str, limit: str | None, busy: bool = True, image: str = BUSYBOX_IMAGE
 ) -> dict[str, Any]:
@@ -375,37 +404,20 @@ state = "{w / "state"}"
     def _kubelet_config(self, port: int, healthz: int) -> Path:
         w = self.workdir / "kubelet"
         w.mkdir(parents=True, exist_ok=True)
-        cfg: dict[str, Any] = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "failCgroupV1": False,
-            "failSwapOn": False,
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.cgroup_root,
-            "cgroupsPerQOS": True,
-            "containerRuntimeEndpoint": f"unix://{self.socket}",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self.control_plane.ca_file)},
-            },
-            "authorization": {"mode": "Webhook"},
-            "readOnlyPort": 0,
-            "port": port,
-            "healthzPort": healthz,
-            "healthzBindAddress": "127.0.0.1",
-            "address": "127.0.0.1",
-            "volumePluginDir": str(w / "volume-plugins"),
-            "podLogsDir": str(self.workdir / "pod-logs"),
-            "serializeImagePulls": False,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-            "systemReserved": {"cpu": self.cpu_reserved},
-            "enforceNodeAllocatable": ["pods"],
-            "resolvConf": "",
-            "nodeStatusUpdateFrequency": "2s",
-            "syncFrequency": "5s",
-            "shutdownGracePeriod": "0s",
-        }
+        cfg = kubelet_config(
+            str(self.control_plane.ca_file),
+            str(self.socket),
+            port,
+            self.cpu_reserved,
+            failCgroupV1=False,  # this machine mounts cgroup v1: a setting of the tests' v1 node only
+            cgroupRoot=self.cgroup_root,
+            healthzPort=healthz,
+            healthzBindAddress="127.0.0.1",
+            address="127.0.0.1",
+            volumePluginDir=str(w / "volume-plugins"),
+            podLogsDir=str(self.workdir / "pod-logs"),
+            serializeImagePulls=False,
+        )
         path = w / "config.yaml"
         path.write_text(json.dumps(cfg))
         return path

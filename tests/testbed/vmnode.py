@@ -40,9 +40,10 @@ from typing import Any
 
 from headroom.cluster.client import ApiError
 
+from . import host
 from .controlplane import ControlPlane, ControlPlaneError, free_port
 from .images import Entry, busybox_entries, write_image
-from .node import BUSYBOX, BUSYBOX_IMAGE, PAUSE_IMAGE, build_node
+from .node import BUSYBOX, BUSYBOX_IMAGE, PAUSE_IMAGE, build_node, kubelet_config
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "vmnode"
@@ -156,6 +157,7 @@ class Base:
     kernel: Path
     initrd: Path
     kernel_release: str
+    bin_dir: Path  # tests/realnode/build.sh's: the kubelet, containerd, pause
 
 
 def build_base() -> Base:
@@ -169,7 +171,7 @@ def build_base() -> Base:
     done = out / "done"
     if done.exists():
         meta = json.loads(done.read_text())
-        return Base(out / "vmlinuz", out / "base.cpio", meta["release"])
+        return Base(out / "vmlinuz", out / "base.cpio", meta["release"], bin_dir)
     why = unavailable()
     if why is not None:
         raise ControlPlaneError(why)
@@ -218,7 +220,7 @@ def build_base() -> Base:
         done.write_text(json.dumps({"release": release, "seconds": round(time.monotonic() - started, 1)}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Base(out / "vmlinuz", out / "base.cpio", release)
+    return Base(out / "vmlinuz", out / "base.cpio", release, bin_dir)
 
 
 @dataclass
@@ -240,7 +242,7 @@ class VmNode:
     files_port: int = 0
 
     # --- the node's own archive --------------------------------------------------------
-    def _node_files(self, root: Path) -> None:
+    def _node_files(self, root: Path, bin_dir: Path) -> None:
         cp = self.control_plane
         node = root / "opt" / "node"
         (node / "images").mkdir(parents=True)
@@ -261,33 +263,8 @@ class VmNode:
         (node / "name").write_text(self.name)
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         (node / "kubelet-args").write_text(f"--node-labels={labels}" if labels else "")
-        (node / "kubelet.yaml").write_text(
-            json.dumps(
-                {
-                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                    "kind": "KubeletConfiguration",
-                    "cgroupDriver": "cgroupfs",
-                    "cgroupsPerQOS": True,
-                    "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-                    "authentication": {
-                        "anonymous": {"enabled": False},
-                        "webhook": {"enabled": True},
-                        "x509": {"clientCAFile": "/opt/node/ca.crt"},
-                    },
-                    "authorization": {"mode": "Webhook"},
-                    "readOnlyPort": 0,
-                    "port": KUBELET_PORT,
-                    "failSwapOn": False,
-                    "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-                    "systemReserved": {"cpu": self.cpu_reserved},
-                    "enforceNodeAllocatable": ["pods"],
-                    "resolvConf": "",
-                    "nodeStatusUpdateFrequency": "2s",
-                    "syncFrequency": "5s",
-                    "shutdownGracePeriod": "0s",
-                }
-            )
-        )
+        cfg = kubelet_config("/opt/node/ca.crt", "/run/containerd/containerd.sock", KUBELET_PORT, self.cpu_reserved)
+        (node / "kubelet.yaml").write_text(json.dumps(cfg))
         (node / "10-headroom.conflist").write_text(
             json.dumps(
                 {
@@ -327,9 +304,7 @@ class VmNode:
 """
         )
         applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
-        write_image(
-            node / "images" / "pause.tar", PAUSE_IMAGE, [Entry("pause", source=build_node() / "pause")], ["/pause"]
-        )
+        write_image(node / "images" / "pause.tar", PAUSE_IMAGE, [Entry("pause", source=bin_dir / "pause")], ["/pause"])
         write_image(node / "images" / "busybox.tar", BUSYBOX_IMAGE, busybox_entries(BUSYBOX, applets))
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -340,7 +315,7 @@ class VmNode:
         base = build_base()
         self.kernel_release = base.kernel_release
         own = self.workdir / "own"
-        self._node_files(own)
+        self._node_files(own, base.bin_dir)
         initrd = self.workdir / "initrd.cpio"
         _cpio(own, self.workdir / "own.cpio")
         with initrd.open("wb") as out:  # the kernel unpacks concatenated archives in turn
@@ -369,7 +344,12 @@ class VmNode:
             str(initrd),
             "-append",
             "console=ttyS0 rdinit=/init quiet",
-            "-nographic",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            f"file:{self.workdir / 'console.log'}",
             "-no-reboot",
             "-netdev",
             net,
@@ -377,8 +357,8 @@ class VmNode:
             "virtio-net-pci,netdev=n0",
         ]
         began = time.monotonic()
-        with (self.workdir / "console.log").open("wb") as console:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT)
+        # In a session of its own, noted: a dead run's watchdog or the next run stops it.
+        self.proc = host.spawn(argv, self.workdir / "qemu.log")
         try:
             self._wait_ready(began + timeout)
         except BaseException:
@@ -392,7 +372,8 @@ class VmNode:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise ControlPlaneError(f"QEMU exited ({self.proc.returncode}): {self.console_tail()}")
+                qemu = (self.workdir / "qemu.log").read_text(errors="replace")[-2000:]
+                raise ControlPlaneError(f"QEMU exited ({self.proc.returncode}): {qemu}\n{self.console_tail()}")
             with contextlib.suppress(ApiError):
                 node = api.get(f"/api/v1/nodes/{self.name}")
                 conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
@@ -440,13 +421,8 @@ class VmNode:
 
     def stop(self) -> None:
         """Stop QEMU (the guest and all it ran go with it) and remove the work directory."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            host.stop_process(self.proc)
         self.proc = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -5,11 +5,12 @@ container's and the pod's `cpu.max` (quota and period) after each resize.
 
 from __future__ import annotations
 
+import json
 import time
 
 from headroom.cluster.client import Api, pod_path
 from headroom.core.quantity import cpu_milli
-from helpers.cluster_helpers import wait_for, wait_limits
+from helpers.cluster_helpers import wait_annotation, wait_for, wait_limits
 from helpers.realnode_helpers import PERIOD_US, wait_node_empty, wait_running
 from testbed.node import busy_pod
 from testbed.vmnode import VmNode
@@ -135,7 +136,8 @@ def test_a_pod_born_with_the_webhooks_limit_runs_under_it_from_its_start(
     pod = wait_running(api, namespace, "born", timeout=180)
     container = v2_node.container_cgroup(pod, "app")
     assert _cpu_max(v2_node, container) == _cpu_max(v2_node, v2_node.pod_cgroup(pod)) == f"30000 {PERIOD_US}"
-    time.sleep(5)  # the controller's first pass over the node (debounce 500 ms)
+    # The controller has passed over the node: its status annotation on the pod, same target.
+    assert json.loads(wait_annotation(api, namespace, "born", timeout=60))["target"] == "300m"
     events = [e["reason"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]]
     after = api.get(pod_path(namespace, "born"))
     assert "ResizeStarted" not in events and after["metadata"]["generation"] == 1
