@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api import crds
 from ..api.validate import UnreadableFile, merge_problems, tie_warnings, validate_file
@@ -19,6 +19,10 @@ from ..core.eligibility import namespace_managed, opt_in_near_miss
 from ..core.planner import ClusterPlan
 from . import output
 from .arguments import completion_script, parser
+
+if TYPE_CHECKING:  # imported where used: each subcommand loads only what it runs
+    from ..cluster.client import Api
+    from ..engine.controller import Controller
 
 
 class UsageError(Exception):
@@ -279,7 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_until_stopped(controller)
 
 
-def _development_webhook(args: argparse.Namespace, api: Any, controller: Any, names: tuple[str, ...]) -> None:
+def _development_webhook(args: argparse.Namespace, api: Api, controller: Controller, names: tuple[str, ...]) -> None:
     """`run --webhook-cert-dir`: the webhook served in the controller's process too, from
     its inputs (off-cluster development; the chart runs `headroom webhook` apart).
     `--webhook-secret`: the leader keeps the webhook's certificate and caBundle."""
