@@ -122,6 +122,20 @@ def generate(count: int, seed: int = 1129) -> list[Case]:
         (profile, ("spec", "exclusions", "podSelector"), {}),
         (profile, ("spec", "nodeSelector"), {}),
         (profile, ("spec", "nodeSelector"), {"matchLabels": {}}),
+        # Tenancy: one entry per tenant, weights in (0, 100], a share in (0, 1].
+        (config, ("spec", "tenancy", "weights"), [{"tenant": "gold", "weight": 2}, {"tenant": "gold", "weight": 3}]),
+        (config, ("spec", "tenancy", "weights"), [{"tenant": "gold", "weight": 0}]),
+        (config, ("spec", "tenancy", "weights"), [{"tenant": "gold", "weight": 100}]),
+        (config, ("spec", "tenancy", "weights"), [{"tenant": "gold", "weight": 100.5}]),
+        (config, ("spec", "tenancy", "weights"), [{"tenant": "", "weight": 1}]),
+        (config, ("spec", "tenancy", "weights"), [{"weight": 1}]),
+        (config, ("spec", "tenancy", "defaultWeight"), 0.001),
+        (config, ("spec", "tenancy", "maxNodeSlackShare"), 0),
+        (config, ("spec", "tenancy", "maxNodeSlackShare"), 0.0),
+        (config, ("spec", "tenancy", "maxNodeSlackShare"), 1),
+        (config, ("spec", "tenancy", "maxNodeSlackShare"), 1.01),
+        (profile, ("spec", "tenancy", "maxNodeSlackShare"), 0.25),
+        (profile, ("spec", "tenancy", "maxNodeSlackShare"), -0.5),
     ):
         case = copy.deepcopy(doc)
         parent = case

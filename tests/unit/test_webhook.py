@@ -513,7 +513,7 @@ def test_a_reviews_tenant_is_its_namespaces_tenant_label_else_the_namespace():
         for ns in ("a-dev", "a-prod")
         for i in range(16)
     }
-    assert acme == {"tenants.example.com/name=acme"}
+    assert acme == {"acme"}  # the tenant the split and `explain` name, one rule (core.tenancy.tenant_name)
     assert tenant_of(review("loner", "bob"), sources) == "loner"
     assert tenant_of(review("unknown", "bob"), sources) == "unknown"
     without = Sources(namespaces.get, lambda: resolve([{**config, "spec": {}}], []).resolver)

@@ -18,6 +18,7 @@ from ..core.params import Exclusions as CoreExclusions
 from ..core.params import Overrides, Profile, Settings
 from ..core.quantity import cpu_milli
 from ..core.selectors import Selector
+from ..core.tenancy import Tenancy as CoreTenancy
 from .types import (
     Exclusions,
     GlobalExclusions,
@@ -173,8 +174,28 @@ LABEL_KEY_PATTERN = (
 )
 
 
+class TenantWeight(Model):
+    """One tenant's weight in the split of a node's slack."""
+
+    tenant: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The tenant: the value of the tenancy.tenantLabel label of its namespaces, or, for a namespace "
+        "without that label (or with no tenantLabel set), the namespace's name.",
+    )
+    weight: float = Field(
+        gt=0,
+        le=100,
+        description="Its slack per requested core, relative to other tenants (above 0, at most 100): a tenant of "
+        "weight 2 gets twice the burst per requested core of a tenant of weight 1 on the same node.",
+    )
+
+
+_WEIGHTS_LIST: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["tenant"]}
+
+
 class Tenancy(Model):
-    """Which namespaces belong to one tenant."""
+    """Which namespaces belong to one tenant, and how a node's slack is shared between tenants."""
 
     tenant_label: str | None = Field(
         default=None,
@@ -185,6 +206,49 @@ class Tenancy(Model):
         "of a multi-tenancy operator); a namespace without it is a tenant of its own. Unset: every namespace is "
         "its own tenant. The admission webhook shares its decision time by tenant, so that more namespaces, "
         "service accounts or users do not give one tenant a larger share.",
+    )
+    weights: list[TenantWeight] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Tenants whose slack per requested core differs from defaultWeight (tiers), at most one entry "
+        "per tenant. A node's slack is shared between tenants by weight times the requests of their managed pods "
+        "there, then inside a tenant by request.",
+        json_schema_extra=_WEIGHTS_LIST,
+    )
+    default_weight: float = Field(
+        default=1,
+        gt=0,
+        le=100,
+        description="The weight of a tenant the weights list does not name (above 0, at most 100).",
+    )
+    max_node_slack_share: float = Field(
+        default=1,
+        gt=0,
+        le=1,
+        description="The most of a node's slack one tenant's managed pods receive together as burst (above 0, at "
+        "most 1); what the cap takes off goes to the other tenants on the node, and where every tenant is capped "
+        "the rest stays unused. 1: no cap.",
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _one_per_tenant(cls, value: list[TenantWeight]) -> list[TenantWeight]:
+        seen: set[str] = set()
+        for w in value:
+            if w.tenant in seen:
+                raise ValueError(f"tenant {w.tenant!r} is listed twice; keep one entry per tenant")
+            seen.add(w.tenant)
+        return value
+
+
+class TenancyOverride(Model):
+    """Per-pool tenancy settings; a field left out keeps the HeadroomConfig value."""
+
+    max_node_slack_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Overrides HeadroomConfig spec.tenancy.maxNodeSlackShare (above 0, at most 1).",
     )
 
 
@@ -378,7 +442,9 @@ class HeadroomConfigSpec(Model):
         default_factory=Webhook, description="Admission webhook settings.", json_schema_extra={"default": {}}
     )
     tenancy: Tenancy = Field(
-        default_factory=Tenancy, description="How namespaces group into tenants.", json_schema_extra={"default": {}}
+        default_factory=Tenancy,
+        description="How namespaces group into tenants, and how a node's slack is shared between them.",
+        json_schema_extra={"default": {}},
     )
 
     _multiplier = field_validator("max_multiplier")(_multiplier_ok)
@@ -451,6 +517,9 @@ class NodePoolProfileSpec(Model):
     )
     webhook: WebhookOverride | None = Field(
         default=None, description="Overrides HeadroomConfig spec.webhook field by field."
+    )
+    tenancy: TenancyOverride | None = Field(
+        default=None, description="Overrides HeadroomConfig spec.tenancy.maxNodeSlackShare for this pool's nodes."
     )
     exclusions: Exclusions | None = Field(
         default=None, description="Added to the global exclusions for this pool's nodes."
@@ -537,7 +606,12 @@ def settings_from(config: HeadroomConfig | None) -> Settings:
         per_node_patches_per_second=spec.rate_limits.per_node_patches_per_second,
         client_qps=spec.rate_limits.client_qps,
         release=spec.release,
-        tenant_label=spec.tenancy.tenant_label,
+        tenancy=CoreTenancy(
+            label=spec.tenancy.tenant_label,
+            weights=tuple((w.tenant, _fraction(w.weight)) for w in spec.tenancy.weights),
+            default_weight=_fraction(spec.tenancy.default_weight),
+            max_node_slack_share=_fraction(spec.tenancy.max_node_slack_share),
+        ),
     )
 
 
@@ -557,6 +631,9 @@ def profile_from(obj: NodePoolProfile) -> Profile:
             initial_multiplier=None
             if s.webhook is None or s.webhook.initial_multiplier is None
             else _fraction(s.webhook.initial_multiplier),
+            max_node_slack_share=None
+            if s.tenancy is None or s.tenancy.max_node_slack_share is None
+            else _fraction(s.tenancy.max_node_slack_share),
         ),
         exclusions=_exclusions(s.exclusions),
         paused=s.paused,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
@@ -376,6 +377,35 @@ def _cel_problems(value: Any, schema: dict[str, Any], loc: Loc) -> Iterator[Prob
             yield from _cel_problems(v, schema["items"], (*loc, i))
 
 
+def _list_problems(value: Any, schema: dict[str, Any], loc: Loc) -> Iterator[Problem]:
+    """What the server's list checks say: an item of an `x-kubernetes-list-type: map` list
+    whose keys another item already has, or a repeated item of a `set` list, is a
+    duplicate."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for k, v in value.items():
+            if k in props:
+                yield from _list_problems(v, props[k], (*loc, k))
+        return
+    if not isinstance(value, list) or not isinstance(schema.get("items"), dict):
+        return
+    kind, keys_ = schema.get("x-kubernetes-list-type"), schema.get("x-kubernetes-list-map-keys") or []
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        if kind == "map" and isinstance(item, dict):
+            key = json.dumps([item.get(k) for k in keys_], sort_keys=True)
+            shown = ", ".join(f"{k}: {item.get(k)!r}" for k in keys_)
+        elif kind == "set":
+            key, shown = json.dumps(item, sort_keys=True), repr(item)
+        else:
+            key = None
+        if key is not None:
+            if key in seen:
+                yield (*loc, i), f"duplicate value ({shown}): another item already has it; keep one"
+            seen.add(key)
+        yield from _list_problems(item, schema["items"], (*loc, i))
+
+
 # --- the verdict --------------------------------------------------------------------------
 
 
@@ -404,6 +434,7 @@ def check(obj: dict[str, Any]) -> tuple[list[Problem], dict[str, Any]]:
     if unknown:  # strict field validation fails on these alone, before any other check
         return unknown, stored
     problems.extend(found)
+    problems.extend(_list_problems(stored, schema, ()))
     if not _blocks_cel(str(kind), stored):
         problems.extend(_cel_problems(stored, schema, ()))
     elif found:

@@ -9,10 +9,13 @@ import io
 import json
 import re
 from dataclasses import replace
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ..core.eligibility import POOL_PAUSED
+from ..core.params import Settings
 from ..core.planner import ClusterPlan, NodePlan, PodPlan, what_if
+from ..core.policy import NodeSummary
 from ..core.quantity import format_milli
 from ..core.records import INIT, applied_limits
 from ..core.release import current_limit
@@ -66,7 +69,25 @@ def node_json(n: NodePlan) -> dict[str, Any]:
     }
 
 
-def pod_json(p: PodPlan) -> dict[str, Any]:
+def _weight(st: Settings, tenant: str) -> Fraction:
+    return dict(st.tenancy.weights).get(tenant, st.tenancy.default_weight)
+
+
+def pod_json(p: PodPlan, summary: NodeSummary | None = None) -> dict[str, Any]:
+    """A pod's line of `plan -o json`; with tenants named, its tenant, and (given its node's
+    summary, when tenancy changes the split) its tenant's pot."""
+    out = _pod_json(p)
+    if p.tenant is not None:
+        out["tenant"] = p.tenant
+        pot = summary.pots.get(p.tenant) if summary is not None and summary.pots is not None else None
+        if pot is not None:
+            out["tenantWeight"] = float(pot.weight)
+            out["tenantPotMilli"] = int(pot.pot)
+            out["tenantCapped"] = pot.capped
+    return out
+
+
+def _pod_json(p: PodPlan) -> dict[str, Any]:
     t = p.target
     pod = p.pod
     if t is None:
@@ -141,7 +162,8 @@ def filter_plan(
 
 
 def plan_json(plan: ClusterPlan) -> dict[str, Any]:
-    return {"nodes": [node_json(n) for n in plan.nodes], "pods": [pod_json(p) for p in plan.all_pods()]}
+    pods = [pod_json(p, n.summary) for n in plan.nodes for p in n.pods] + [pod_json(p) for p in plan.unbound]
+    return {"nodes": [node_json(n) for n in plan.nodes], "pods": pods}
 
 
 def table(rows: list[list[str]]) -> str:
@@ -257,6 +279,29 @@ def explain(plan: ClusterPlan, key: str) -> str | None:
     return None
 
 
+def tenant_lines(s: NodeSummary, st: Settings, tenant: str) -> list[str]:
+    """How a node's slack is shared between tenants, the pod's tenant first (explain)."""
+    assert s.pots is not None
+    pot = s.pots[tenant]
+    share = st.tenancy.max_node_slack_share
+    cap = f"maxNodeSlackShare {float(share):g} of S = {format_milli(int(share * s.slack))}"
+    lines = [
+        f"  tenant {pot.tenant!r}: weight {float(pot.weight):g}, its managed requests here M_t = "
+        f"{format_milli(pot.requests)}, its pot P = {format_milli(int(pot.pot))}"
+        + (f" (capped: {cap})" if pot.capped else f" (S * w*M_t / sum of w*M over tenants; cap: {cap})")
+    ]
+    others = sorted((p for p in s.pots.values() if p.tenant != tenant), key=lambda p: (-p.pot, p.tenant))
+    if others:
+        shown = ", ".join(
+            f"{p.tenant!r} w {float(p.weight):g} M_t {format_milli(p.requests)} P {format_milli(int(p.pot))}"
+            + (" capped" if p.capped else "")
+            for p in others[:5]
+        )
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        lines.append(f"  other tenants on the node: {shown}{more}")
+    return lines
+
+
 def _explain(n: NodePlan, p: PodPlan) -> str:
     s, st = n.summary, n.settings
     lines = [
@@ -267,6 +312,8 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         f"factor F = 1 + S/M = {s.factor:.2f}",
     ]
     t = p.target
+    if p.tenant is not None:
+        lines.append(f"  tenant: {p.tenant!r} (weight {float(_weight(st, p.tenant)):g})")
     if t is None:
         now = current_limit(p.pod)
         lines.append(
@@ -278,10 +325,15 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         return "\n".join(lines)
     r = t.request
     if s.slack > 0:
-        prop = s.slack * r // s.managed_requests
+        prop, _ = s.burst(t.managed)
         floor = min(st.min_burst_floor, s.slack // s.managed_pods)
+        share = "S*r/M"
+        if s.pots is not None:
+            pot = s.pots[t.managed.tenant]
+            lines.extend(tenant_lines(s, st, pot.tenant))
+            share = "P*r/M_t"
         lines.append(
-            f"  burst = max(S*r/M = {format_milli(prop)}, min(minBurstFloor {format_milli(st.min_burst_floor)}, "
+            f"  burst = max({share} = {format_milli(prop)}, min(minBurstFloor {format_milli(st.min_burst_floor)}, "
             f"S/N = {format_milli(s.slack // s.managed_pods)}) = {format_milli(floor)}) = {format_milli(max(prop, floor))}"
         )
         lines.append(f"  limit = request {format_milli(r)} + burst = {format_milli(r + max(prop, floor))}")

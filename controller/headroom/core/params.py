@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from . import keys
 from .selectors import Selector
+from .tenancy import Tenancy
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,7 +56,9 @@ class Settings:
     per_node_patches_per_second: float = 10.0
     client_qps: float = 50.0
     release: str = "Keep"  # Keep or Restore: the limit of a pod that leaves management
-    tenant_label: str | None = None  # the namespace label naming its tenant; None: each namespace is one
+    tenancy: Tenancy = field(
+        default_factory=Tenancy
+    )  # tenants, their weights and the cap on one tenant's share of the slack
     # Why nothing may be written on these nodes (no HeadroomConfig, an invalid one with no
     # valid version known, a profile unusable and without a valid version); None: writable.
     blocked: str | None = None
@@ -85,6 +88,7 @@ class Overrides:
     deadband_grow: float | None = None
     deadband_shrink: float | None = None
     initial_multiplier: Fraction | None = None
+    max_node_slack_share: Fraction | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,6 +133,9 @@ def apply_profile(base: Settings, profile: Profile) -> Settings:
         deadband_shrink=base.deadband_shrink if o.deadband_shrink is None else o.deadband_shrink,
         initial_multiplier=base.initial_multiplier if o.initial_multiplier is None else o.initial_multiplier,
         exclusions=base.exclusions.union(profile.exclusions),
+        tenancy=base.tenancy
+        if o.max_node_slack_share is None
+        else replace(base.tenancy, max_node_slack_share=o.max_node_slack_share),
     )
     if merged.deadband_shrink > merged.deadband_grow:
         raise ParamsError(

@@ -21,6 +21,7 @@ from .policy import Managed, NodeSummary, PodTarget, compute_node, fit_room, lim
 from .quantity import QuantityError, cpu_milli
 from .quota import QuotaBudget, pod_limits_cpu
 from .records import Namespace, Node, Pod
+from .tenancy import tenant_name
 
 
 @dataclass(slots=True)
@@ -30,6 +31,7 @@ class PodPlan:
     target: PodTarget | None = None
     warning: str | None = None  # e.g. an unparseable max-cpu annotation: the pod is left alone
     writer: str | None = None  # LimitOwnedByOther: the field manager its CPU limit is left to
+    tenant: str | None = None  # its tenant, where the configuration names tenants (core.tenancy)
 
     @property
     def managed(self) -> bool:
@@ -123,9 +125,11 @@ def plan_node(
     """Every pod's reason and target on one node. `left_to`: pods whose CPU limit Headroom
     leaves to another field manager (pod key -> manager; decided by the controller)."""
     pods = sorted(pods, key=_BY_KEY)
-    reasons: list[tuple[Pod, str, str | None, str | None]] = []
+    reasons: list[tuple[Pod, str, str | None, str | None, str | None]] = []
     managed: list[Managed] = []
     any_vpa, any_range = bool(neighbours.vpas), bool(neighbours.limit_ranges)  # most clusters: neither
+    tenancy = settings.tenancy
+    tenants = tenancy.label is not None or not tenancy.neutral  # most clusters: no tenants to name
     for p in pods:
         vpa = neighbours.vpa_controlling(p) if any_vpa else None
         writer = (left_to.get(p.key) if left_to else None) or (
@@ -142,6 +146,7 @@ def plan_node(
             left_to_other=writer is not None,
         )
         warning = None
+        tenant = tenant_name(p.namespace, namespaces.get(p.namespace), tenancy.label) if tenants else None
         if reason == elig.LIMIT_OWNED_BY_OTHER:
             warning = left_to_message(writer or "")
         if vpa is not None:
@@ -155,27 +160,27 @@ def plan_node(
             cap, warning = user_cap(p)
             if warning is None:
                 computed = elig.computed_containers(p, settings)
-                m = Managed(p, computed, cap)
+                m = Managed(p, computed, cap, tenant=tenant or "")
                 ranges = neighbours.limit_ranges.get(p.namespace) if any_range else None
                 if ranges:
                     m.cap = limit_range_cap(p, computed, m.request, ranges, p.memory_pinned)
                 managed.append(m)
             else:
                 reason = elig.INVALID_ANNOTATION
-        reasons.append((p, reason, warning, writer if reason == elig.LIMIT_OWNED_BY_OTHER else None))
+        reasons.append((p, reason, warning, writer if reason == elig.LIMIT_OWNED_BY_OTHER else None, tenant))
     summary, targets = compute_node(node.allocatable_cpu, pods, managed, settings)
     if node.resizing:  # a node being resized only cuts (or first sets) limits until it is done
         targets = [_no_raise(t) for t in targets]
     by_key = {t.managed.pod.key: t for t in targets}
     plans = []
-    for p, r, w, writer in reasons:
+    for p, r, w, writer, tenant in reasons:
         t = by_key.get(p.key)
         if any_range and t is not None and t.apply:
             why = limit_range_refusal_of(t, neighbours)
             if why is not None:
                 # The LimitRanger admission would refuse any write: leave the pod alone.
                 r, w, t = elig.LIMIT_RANGE_CONFLICT, f"no CPU limit can be written: {why}", None
-        plans.append(PodPlan(p, r, t, w, writer))
+        plans.append(PodPlan(p, r, t, w, writer, tenant))
     return NodePlan(node, settings, summary, tuple(plans))
 
 
@@ -314,7 +319,7 @@ def what_if(n: NodePlan, key: str, request: int | None = None) -> int | None:
             moved = sum(c.cpu_request for c in scaled.values()) - own
             pod = replace(pod, containers=containers, booked_cpu=pod.booked_cpu + moved)
             cap = m.user_cap if m is not None else user_cap(pod)[0]
-            m = Managed(pod, tuple(scaled.values()), cap, m.cap if m is not None else None)
+            m = Managed(pod, tuple(scaled.values()), cap, m.cap if m is not None else None, pp.tenant or "")
             found = True
         pods.append(pod)
         if m is not None:

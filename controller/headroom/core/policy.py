@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .limitrange import Cap
 from .params import Settings
 from .records import GUARANTEED, INIT, Container, Pod, qos_class
+from .tenancy import Pot, pots
 
 QUANTUM = 10  # millicores; also the smallest CPU quota the kernel enforces (k8s#128769)
 
@@ -25,6 +26,7 @@ BOUND_USER_CAP = "userCap"
 BOUND_OVERCOMMITTED = "overcommitted"
 BOUND_POD_LEVEL_FLOOR = "podLevelFloor"
 BOUND_INITIAL = "initialMultiplier"  # a new pod's limit at admission
+BOUND_TENANT_SHARE = "maxNodeSlackShare"  # the pod's tenant holds the most of the node's slack it may
 # A namespace's LimitRange or ResourceQuota decides with its own name: "LimitRange ns/name".
 
 
@@ -38,6 +40,7 @@ class Managed:
     containers: tuple[Container, ...]  # those that receive a computed limit
     user_cap: int | None = None  # kube-headroom.dev/max-cpu in millicores
     cap: Cap | None = None  # the namespace's LimitRanges, applied after the user cap
+    tenant: str = ""  # core.tenancy.tenant_name; one tenant for all when tenancy is off
     request: int = field(init=False, default=0)  # r_i: what the pod's share is proportional to
 
     def __post_init__(self) -> None:
@@ -55,12 +58,24 @@ class NodeSummary:
     slack: int
     managed_requests: int
     managed_pods: int
+    # Each tenant's pot of the slack, when tenancy changes the split (weights that differ, or
+    # a cap on one tenant's share); None: the slack is shared by request alone.
+    pots: dict[str, Pot] | None = None
 
     @property
     def factor(self) -> float:
         if self.slack > 0 and self.managed_requests > 0:
             return 1 + self.slack / self.managed_requests
         return 1.0
+
+    def burst(self, m: Managed) -> tuple[int, bool]:
+        """The pod's proportional burst before the floor and caps: its tenant's pot shared by
+        request (the slack shared by request without tenancy), and whether its tenant's pot
+        was capped by maxNodeSlackShare."""
+        if self.pots is None:
+            return self.slack * m.request // self.managed_requests, False
+        pot = self.pots[m.tenant]
+        return m.request * pot.pot.numerator // (pot.pot.denominator * pot.requests), pot.capped
 
 
 @dataclass(slots=True)
@@ -92,8 +107,18 @@ def booked(pods: Iterable[Pod]) -> int:
     return sum(p.booked_cpu for p in pods if not p.terminal)
 
 
-def summarize(allocatable: int, booked_cpu: int, managed: Sequence[Managed]) -> NodeSummary:
-    return NodeSummary(allocatable, booked_cpu, allocatable - booked_cpu, sum(m.request for m in managed), len(managed))
+def summarize(
+    allocatable: int, booked_cpu: int, managed: Sequence[Managed], settings: Settings | None = None
+) -> NodeSummary:
+    slack, requests = allocatable - booked_cpu, sum(m.request for m in managed)
+    tenancy = settings.tenancy if settings is not None else None
+    split = None
+    if tenancy is not None and not tenancy.neutral and slack > 0 and requests > 0:
+        by_tenant: dict[str, int] = {}
+        for m in managed:
+            by_tenant[m.tenant] = by_tenant.get(m.tenant, 0) + m.request
+        split = pots(slack, by_tenant, tenancy)
+    return NodeSummary(allocatable, booked_cpu, slack, requests, len(managed), split)
 
 
 def _writes(current: int | None, target: int, grow: float, shrink: float) -> bool:
@@ -132,12 +157,12 @@ def pod_total(summary: NodeSummary, m: Managed, settings: Settings) -> tuple[int
     if s <= 0 or total <= 0:
         limit, bound = r, BOUND_OVERCOMMITTED
     else:
-        proportional = s * r // total
+        proportional, capped = summary.burst(m)
         floor = min(settings.min_burst_floor, s // n)
         if floor > proportional:
             limit, bound = r + floor, BOUND_FLOOR
         else:
-            limit, bound = r + proportional, BOUND_PROPORTIONAL
+            limit, bound = r + proportional, BOUND_TENANT_SHARE if capped else BOUND_PROPORTIONAL
         limit, bound = clamp(limit, bound, m, summary.allocatable, settings)
     return on_quantum(limit, r), bound
 
@@ -271,9 +296,13 @@ def compute_node(
     out of it: this is the inner loop of every reconcile and of the scale benchmarks.
     `pod_target` stays the readable reference; a property test holds the two equal.
     """
-    summary = summarize(allocatable, booked(pods), managed)
+    summary = summarize(allocatable, booked(pods), managed, settings)
     s, total, n = summary.slack, summary.managed_requests, summary.managed_pods
     overcommitted = s <= 0 or total <= 0
+    # With tenancy, each pod's burst per requested millicore is its tenant's: num / den.
+    rates = None
+    if summary.pots is not None:
+        rates = {t: (p.pot.numerator, p.pot.denominator * p.requests, p.capped) for t, p in summary.pots.items()}
     floor_share = 0 if overcommitted else min(settings.min_burst_floor, s // n)
     mult = settings.max_multiplier
     num, den = mult.numerator, mult.denominator
@@ -289,11 +318,16 @@ def compute_node(
         if overcommitted:
             limit, bound = r, BOUND_OVERCOMMITTED
         else:
-            proportional = s * r // total
+            capped = False
+            if rates is None:
+                proportional = s * r // total
+            else:
+                t_num, t_den, capped = rates[m.tenant]
+                proportional = r * t_num // t_den
             if floor_share > proportional:
                 limit, bound = r + floor_share, BOUND_FLOOR
             else:
-                limit, bound = r + proportional, BOUND_PROPORTIONAL
+                limit, bound = r + proportional, BOUND_TENANT_SHARE if capped else BOUND_PROPORTIONAL
             if num:
                 cap = r * num // den
                 if limit > cap:

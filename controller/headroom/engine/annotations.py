@@ -20,7 +20,7 @@ from ..cluster.writer import APPLIED, GONE, Outcome, Writer, now_rfc3339
 from ..core import keys, release
 from ..core.params import Settings
 from ..core.planner import NodePlan
-from ..core.policy import PodTarget, outside_deadband, writes_now
+from ..core.policy import BOUND_TENANT_SHARE, PodTarget, outside_deadband, writes_now
 from ..core.quantity import QuantityError, cpu_milli, format_milli
 from ..core.records import Pod
 
@@ -30,19 +30,24 @@ log = logging.getLogger("headroom.reconcile")
 def status_annotation(plan: NodePlan, t: PodTarget) -> str:
     """What a managed pod's annotation says: the node's figures and the pod's target."""
     s = plan.summary
-    return orjson.dumps(
-        {
-            "factor": f"{s.factor:.2f}",
-            "slack": f"{max(s.slack, 0)}m",
-            "managedRequests": f"{s.managed_requests}m",
-            "nodePods": sum(1 for p in plan.pods if not p.pod.terminal),
-            "target": f"{t.target}m",
-            "policy": keys.POLICY_NAME,
-            "pool": plan.settings.pool,
-            "dryRun": plan.settings.dry_run,
-            "computedAt": now_rfc3339(),
-        }
-    ).decode()
+    body: dict[str, object] = {
+        "factor": f"{s.factor:.2f}",
+        "slack": f"{max(s.slack, 0)}m",
+        "managedRequests": f"{s.managed_requests}m",
+        "nodePods": sum(1 for p in plan.pods if not p.pod.terminal),
+        "target": f"{t.target}m",
+        "policy": keys.POLICY_NAME,
+        "pool": plan.settings.pool,
+        "dryRun": plan.settings.dry_run,
+        "computedAt": now_rfc3339(),
+    }
+    pot = s.pots.get(t.managed.tenant) if s.pots is not None else None
+    if pot is not None:  # tenancy changed the split: whose pot the pod's burst came from
+        body["tenant"] = pot.tenant
+        body["tenantPot"] = f"{int(pot.pot)}m"
+        if t.bound == BOUND_TENANT_SHARE:
+            body["decidedBy"] = BOUND_TENANT_SHARE
+    return orjson.dumps(body).decode()
 
 
 def released_annotation(

@@ -34,6 +34,7 @@ from ..core.neighbours import EMPTY, Neighbours
 from ..core.params import Resolver
 from ..core.placement import PlacementTooCostly
 from ..core.records import Namespace, Node
+from ..core.tenancy import tenant_name
 from ..serving import Limits, LoopServer
 from .fairqueue import DIRECT, FairQueue, Job
 from .mutation import no_pod_level, patch_for
@@ -92,12 +93,10 @@ def tenant_of(review: dict[str, Any], sources: Sources) -> str:
     if not isinstance(namespace, str):
         return ""
     try:
-        label = sources.resolver().base.tenant_label
-        record = sources.namespace(namespace) if label else None
+        label = sources.resolver().base.tenancy.label
+        return tenant_name(namespace, sources.namespace(namespace) if label else None, label)
     except Exception:  # an unreadable view: the namespace alone
         return namespace
-    value = record.labels.get(label) if record is not None and label else None
-    return f"{label}={value}" if value else namespace
 
 
 class _Once:
