@@ -91,6 +91,14 @@ class Metrics(AdmissionMetrics):
             ["node", "pool"],
             registry=r,
         )
+        # Per node, never per tenant: a tenant is a label value tenants choose, so a tenant
+        # label would let them grow the series without bound (docs/policy.md, "Tenants").
+        self.node_tenants_capped = Gauge(
+            "headroom_node_tenants_capped",
+            "Tenants whose share of the node's slack tenancy.maxNodeSlackShare capped at the last reconcile.",
+            ["node", "pool"],
+            registry=r,
+        )
         # Per-pod series only when asked for (headroom run --pod-metrics): a series per managed
         # container grows with the cluster; every other series grows with the node count.
         self.pod_limit = (
@@ -242,12 +250,16 @@ class Metrics(AdmissionMetrics):
             self._nodes[name] = new = _NodeSeries(pool, pods, managed, pending, deferred, lagging, running, left)
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
+            pots = plan.summary.pots
+            self.node_tenants_capped.labels(name, pool).set(
+                0 if pots is None else sum(1 for p in pots.values() if p.capped)
+            )
             self._count(new, 1)  # before the old part goes: the pool's series never blinks
             if old is not None:
                 self._count(old, -1)
 
     def _drop_node_series(self, node: str, pool: str) -> None:
-        for gauge in (self.node_factor, self.node_slack):
+        for gauge in (self.node_factor, self.node_slack, self.node_tenants_capped):
             with contextlib.suppress(KeyError):
                 gauge.remove(node, pool)
 

@@ -64,7 +64,7 @@ def test_defaults_are_filled_in_by_the_schema(api: Api, crds_installed):
             "exclusions": {"namespaces": ["kube-system"]},
             "release": "Keep",
             "webhook": {"initialMultiplier": 2},
-            "tenancy": {},
+            "tenancy": {"defaultWeight": 1, "maxNodeSlackShare": 1},
         }
         # unset means the default label; {} is refused (it would select every node), whether
         # created or applied server-side, with the way to turn the check off in the message

@@ -262,3 +262,49 @@ def test_pots_water_fill(slack, requests_by_tenant, weights, share_pct):
     # nothing is left unused while a tenant with requests is below the cap
     if uncapped:
         assert sum(p.pot for p in got.values()) == slack
+
+
+# --- what plan and explain say ------------------------------------------------------------
+
+
+def _tenant_plan():
+    from headroom.core.planner import ClusterPlan, plan_node
+    from headroom.core.records import node_from_dict
+    from helpers.factories import node
+
+    managed = {"kube-headroom.dev/mode": "managed"}
+    namespaces = {
+        "a-dev": namespace_from_dict({"metadata": {"name": "a-dev", "labels": {**managed, "t": "acme"}}}),
+        "a-prod": namespace_from_dict({"metadata": {"name": "a-prod", "labels": {**managed, "t": "acme"}}}),
+        "solo": namespace_from_dict({"metadata": {"name": "solo", "labels": managed}}),
+    }
+    pods = [
+        pod_from_dict(pod("w1", namespace="a-dev", containers=[container(cpu="1")])),
+        pod_from_dict(pod("w2", namespace="a-prod", containers=[container(cpu="2")])),
+        pod_from_dict(pod("s1", namespace="solo", containers=[container(cpu="1")])),
+    ]
+    s = replace(
+        NO_FLOOR,
+        tenancy=Tenancy(label="t", weights=(("solo", Fraction(2)),), max_node_slack_share=Fraction(1, 2)),
+    )
+    n = plan_node(node_from_dict(node(name="n1", cpu="16")), pods, namespaces, s, pod_level_resize=False)
+    return ClusterPlan([n], [])
+
+
+def test_explain_and_plan_name_the_tenant_its_weight_and_its_pot():
+    from headroom.commands import output
+
+    plan = _tenant_plan()
+    # slack 12: acme (3 cores, weight 1) and solo (1 core, weight 2) share it 3:2, so acme
+    # would get 7.2 cores; capped at 6, solo gets the other 6.
+    text = output.explain(plan, "a-dev/w1")
+    assert "tenant 'acme': weight 1, its managed requests here M_t = 3, its pot P = 6 (capped" in text, text
+    assert "other tenants on the node: 'solo' w 2 M_t 1 P 6" in text, text
+    assert "burst = max(P*r/M_t = 2" in text and "decided by: maxNodeSlackShare" in text, text
+    rows = {p["name"]: p for p in output.plan_json(plan)["pods"]}
+    assert (rows["w2"]["tenant"], rows["w2"]["tenantPotMilli"], rows["w2"]["tenantCapped"]) == ("acme", 6000, True)
+    assert (rows["s1"]["tenant"], rows["s1"]["tenantWeight"], rows["s1"]["targetLimitMilli"]) == ("solo", 2.0, 7000)
+    table = output.plan_table(plan)
+    assert "TENANT" in table.splitlines()[3] and " acme" in table, table
+    html = output.plan_html(plan)
+    assert '"tenantPotMilli":6000' in html.replace(" ", "") and "tenants ?" in html

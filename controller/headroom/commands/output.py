@@ -212,7 +212,10 @@ def plan_table(plan: ClusterPlan) -> str:
                 n.settings.mode,
             ]
         )
-    pods = [["NAMESPACE", "POD", "NODE", "REASON", "REQUEST", "LIMIT", "TARGET", "WRITE"]]
+    tenants = any(p.tenant is not None for p in plan.all_pods())  # a TENANT column where tenants are named
+    pods = [
+        ["NAMESPACE", "POD", "NODE", "REASON", "REQUEST", "LIMIT", "TARGET", "WRITE", *(["TENANT"] if tenants else [])]
+    ]
     dry_run = {pp.pod.key: n.settings.dry_run for n in plan.nodes for pp in n.pods}
     for p in plan.all_pods():
         t = p.target
@@ -227,6 +230,7 @@ def plan_table(plan: ClusterPlan) -> str:
                 _current(p),
                 format_milli(t.target) if t else "-",
                 write,
+                *([p.tenant or "-"] if tenants else []),
             ]
         )
     warnings = [f"warning: {p.pod.key}: {p.warning}" for p in plan.all_pods() if p.warning]
@@ -499,7 +503,10 @@ for (const n of plan.nodes) {
   }
   const table = document.createElement("table");
   const head = table.insertRow();
-  for (const t of ["pod", "reason", "request", "current limit", "target", "write", ...(throttled ? ["throttled"] : [])]) {
+  const tenants = plan.pods.some(p => p.tenant !== undefined);
+  const pot = p => p.tenant === undefined ? "-" : p.tenantPotMilli === undefined ? p.tenant
+    : `${p.tenant} (weight ${p.tenantWeight}, pot ${cores(p.tenantPotMilli)}${p.tenantCapped ? ", capped" : ""})`;
+  for (const t of ["pod", "reason", "request", "current limit", "target", "write", ...(throttled ? ["throttled"] : []), ...(tenants ? ["tenant"] : [])]) {
     const th = document.createElement("th"); th.textContent = t; head.appendChild(th);
   }
   for (const p of plan.pods.filter(p => p.node === n.name)) {
@@ -509,6 +516,7 @@ for (const n of plan.nodes) {
     const write = !p.managed ? "-" : !p.apply ? "no" : n.dryRun ? "dry-run" : "yes";
     const cells = [`${p.namespace}/${p.name}`, p.reason, cores(p.requestMilli), cores(current), cores(p.targetLimitMilli), write];
     if (throttled) cells.push(pct(throttled[`${p.namespace}/${p.name}`]));
+    if (tenants) cells.push(pot(p));
     for (const v of cells) {
       row.insertCell().textContent = v;
     }

@@ -166,6 +166,16 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     sha, _ = gitops.push("Revert the deadband", {CONFIG: good})
     assert gitops.settled("kube-headroom-config", sha)[:2] == ("True", "ReconciliationSucceeded")
 
+    # A tenancy cap for the pool committed: no tenant's pods hold more than half a node's
+    # slack. The app's namespace is the node's only tenant: 100m + 1500m / 2.
+    sha, pushed = gitops.push(
+        "batch: no tenant holds more than half a node's slack",
+        {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 0\n  tenancy: {maxNodeSlackShare: 0.5}\n")},
+    )
+    wait("the tenant's capped limit", lambda: limit(api, "team", "app") == 850, timeout=120)
+    capped_at = time.monotonic() - pushed
+    assert gitops.settled("kube-headroom-config", sha)[:2] == ("True", "ReconciliationSucceeded")
+
     # The profile deleted from Git: prune deletes it, and its node goes back to the global
     # settings (maxMultiplier 10: 1 CPU for a 100m request).
     without = good.split(b"\n---\n")[0] + b"\n"
@@ -195,6 +205,7 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
 
     print(f"\nbootstrap: CRDs Ready {crds_at:.1f}s, controller (HelmRelease) Ready {controller_at:.1f}s, "
           f"configuration Ready {config_at:.1f}s")  # fmt: skip
-    print(f"push -> limit on the pod: dryRun false {active_at:.1f}s; profile pruned {pruned_at:.1f}s")
+    print(f"push -> limit on the pod: dryRun false {active_at:.1f}s; tenancy cap {capped_at:.1f}s; "
+          f"profile pruned {pruned_at:.1f}s")  # fmt: skip
     for what, cond in (("CRD refuses", refused), ("controller refuses", stalled), ("controller stopped", stopped)):
         print(f"{what}: Ready={cond[0]} {cond[1]}: {cond[2]}")
