@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 import tracemalloc
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import orjson
@@ -36,6 +38,7 @@ from headroom.core.params import Settings
 from headroom.core.planner import plan_node
 from headroom.core.policy import Managed, booked, compute_node, pod_target, summarize
 from headroom.core.records import namespace_from_dict, node_from_dict, pod_from_dict
+from headroom.core.tenancy import Tenancy
 from headroom.engine.controller import Controller
 from headroom.runtime import DEFAULT_GC, tune_gc
 
@@ -210,11 +213,34 @@ def bench_policy(nodes: int, per_node: int) -> None:
             for m in managed:
                 pod_target(summary, m, settings)
 
+    # Tenants in the split: each namespace a tenant, a tier for a quarter of them, a cap of
+    # half a node's slack (the same pods, the same nodes).
+    tiers = Tenancy(
+        weights=tuple((f"team-{i}", Fraction(2)) for i in range(0, 40, 4)), max_node_slack_share=Fraction(1, 2)
+    )
+    tenant_settings = replace(settings, tenancy=tiers)
+    tenant_work = [
+        (n, pods, [Managed(m.pod, m.containers, tenant=m.pod.namespace) for m in managed]) for n, pods, managed in work
+    ]
+
+    def policy_with_tenants() -> None:
+        for n, pods, managed in tenant_work:
+            compute_node(n.allocatable_cpu, pods, managed, tenant_settings)
+
+    def plan_with_tenants() -> None:
+        for n, pods, _ in work:
+            plan_node(n, pods, ns, tenant_settings, pod_level_resize=True)
+
     policy, planned, ref = best_of(policy_only), best_of(eligibility_and_policy), best_of(reference)
+    tenant_policy, tenant_planned = best_of(policy_with_tenants), best_of(plan_with_tenants)
     print(
         f"{nodes} nodes x {per_node} pods: compute_node {decisions / policy:,.0f} decisions/s "
         f"(reference path pod_target in the same run: {decisions / ref:,.0f}/s, "
         f"{ref / policy:.2f}x slower); plan_node (eligibility + policy) {decisions / planned:,.0f} pods/s"
+    )
+    print(
+        f"  with tenants (40, a quarter at weight 2, maxNodeSlackShare 0.5): compute_node "
+        f"{decisions / tenant_policy:,.0f} decisions/s, plan_node {decisions / tenant_planned:,.0f} pods/s"
     )
 
 
