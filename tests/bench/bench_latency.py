@@ -21,6 +21,11 @@ Rows:
 - tenant contract (claim c): svc requesting what it sustains at 80 % (measured first,
   under no limits), beside batch, without and with the runaway; no limits vs Headroom;
 - systemReserved 300m: svc + batch at 80 % on the kubelet restarted with 300m reserved;
+- tenants (claim d): svc (tenant B, its own namespace) beside tenant A's three pods of two
+  spinning threads each (request 250m each), at 40 % and 60 %: no limits, Headroom, and
+  Headroom with `tenancy.maxNodeSlackShare: 0.5` and with svc's tenant at weight 2, each
+  with `minBurstFloor: 0` (A's many small pods would otherwise get the per-pod floor above
+  their pot); tenant A's pods' cores together are printed too (A held to its pot);
 - CFS burst (an experiment, nothing in the product): Headroom's rows where svc is loaded,
   again with `cpu.cfs_burst_us` on svc set to its request × the period.
 
@@ -62,6 +67,9 @@ from testbed.latency import (  # noqa: E402
     RUNAWAY,
     STATIC,
     SVC_BATCH,
+    TENANT_CAP,
+    TENANT_TIER,
+    TENANTS,
     TIMEOUT_S,
     Neighbour,
     Run,
@@ -69,6 +77,7 @@ from testbed.latency import (  # noqa: E402
     Scenarios,
     build_latency,
     calibrate,
+    config_of,
     import_service_image,
 )
 from testbed.node import RealNode, build_node  # noqa: E402
@@ -108,6 +117,8 @@ def rows(contract: str) -> list[Row]:
         Row(contract_batch, loose, (0.8,)),
         Row(contract_runaway, loose, (0.8,)),
         Row(SVC_BATCH, loose, (0.8,), reserved=RESERVED),
+        # Tenants in the split (claim d): tenant A's three pods spinning beside tenant B's svc.
+        Row(TENANTS, (NONE, HEADROOM, TENANT_CAP, TENANT_TIER), (0.4, 0.6)),
         # CFS burst, in the rows where svc is throttled under Headroom: the runaway at 80 %,
         # and systemReserved (each beside its Headroom row of the same repeat).
         Row(SVC_BATCH_RUNAWAY, (HEADROOM,), (0.8,), burst=True),
@@ -170,6 +181,10 @@ def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: flo
                     f"{lag:.0f} ms{' (it fell behind)' if lag > 50 else ''}; host busy "
                     f"{_spread([r.busy * 100 for r in rs], '{:.0f}')} %, steal {_spread([r.steal * 100 for r in rs], '{:.1f}')} %"
                 )
+                tenant_a = [n for n in rs[0].pods if n in {p.name for p in TENANTS.neighbours}]
+                if row.scenario.tenants and tenant_a:
+                    together = [sum(r.pods[n].cores for n in tenant_a) for r in rs]
+                    print(f"    tenant A's {len(tenant_a)} pods together: cores {_spread(together, '{:.2f}')}")
                 for name in rs[0].pods:
                     pods = [r.pods[name] for r in rs]
                     bound = sum(p.bound for p in pods)
@@ -198,7 +213,15 @@ def _rotated(policies: tuple[str, ...], rep: int) -> tuple[str, ...]:
 
 def _runs(scenarios: Scenarios, node: RealNode, row: Row, rep: int, capacity: float, seconds: float) -> Iterator[Run]:
     for policy in _rotated(row.policies, rep):
-        ns, ids = scenarios.setup(policy, row.scenario)
+        config = config_of(policy, row.scenario, scenarios.next_namespace())  # a tier names svc's namespace
+        if config:
+            apply_config(scenarios.api, config, "bench")
+        try:
+            ns, ids = scenarios.setup(policy, row.scenario)
+        except BaseException:
+            if config:
+                apply_config(scenarios.api, {}, "bench")
+            raise
         try:
             if row.burst:
                 request_milli = cpu_milli(row.scenario.svc_request)
@@ -207,6 +230,8 @@ def _runs(scenarios: Scenarios, node: RealNode, row: Row, rep: int, capacity: fl
                 yield scenarios.run(ns, ids, policy, row.name, load, load * capacity, seconds, _variant(row))
         finally:
             scenarios.teardown(ns)
+            if config:
+                apply_config(scenarios.api, {}, "bench")
 
 
 def demand(scenarios: Scenarios, capacity: float, seconds: float) -> str:

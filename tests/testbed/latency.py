@@ -38,6 +38,9 @@ from .node import CpuCounters, RealNode, busy_pod, running_containers
 SVC_IMAGE = "headroom.local/latency-svc:1"
 STATIC, NONE, HEADROOM = "static", "no limits", "Headroom"
 POLICIES = (STATIC, NONE, HEADROOM)
+# Headroom under a tenancy setting (HeadroomConfig spec.tenancy), applied for the run.
+TENANT_CAP = "Headroom, maxNodeSlackShare 0.5"
+TENANT_TIER = "Headroom, svc's tenant at weight 2"
 PERIOD_S = 0.1  # the kubelet's CFS period
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # pod IPs: never through a proxy
 
@@ -72,6 +75,7 @@ class Scenario:
     neighbours: tuple[Neighbour, ...] = (BATCH,)
     svc_request: str = SERVICE[1]
     svc_static: str = SERVICE[2]
+    tenants: bool = False  # the neighbours in a namespace of their own: another tenant than svc's
 
     @property
     def runaway(self) -> bool:
@@ -79,6 +83,31 @@ class Scenario:
 
 
 SVC_BATCH = Scenario("svc + batch")
+# Tenant A's three pods spinning beside tenant B's service (its own namespace).
+TENANT_A = tuple(Neighbour(f"a{i}", "250m", "500m", 2) for i in (1, 2, 3))
+TENANTS = Scenario("tenants: svc (tenant B) beside tenant A's 3 spinning pods", TENANT_A, tenants=True)
+
+
+def headroom(policy: str) -> bool:
+    """Whether Headroom manages the run's pods (with or without a tenancy setting)."""
+    return policy.startswith(HEADROOM)
+
+
+def config_of(policy: str, scenario: Scenario, svc_namespace: str) -> dict[str, Any]:
+    """The HeadroomConfig spec a run goes under ({}: the defaults). The tenant scenario runs
+    without the burst floor, under every policy: min(minBurstFloor, S/N) is a per-pod
+    promise, so a tenant of many small pods would be lifted above its pot by it
+    (docs/policy.md, "Tenants")."""
+    if not scenario.tenants:
+        return {}
+    spec: dict[str, Any] = {"minBurstFloor": "0"}
+    if policy == TENANT_CAP:
+        spec["tenancy"] = {"maxNodeSlackShare": 0.5}
+    elif policy == TENANT_TIER:
+        spec["tenancy"] = {"weights": [{"tenant": svc_namespace, "weight": 2}]}
+    return spec
+
+
 # The runaway alone beside a lightly loaded service on an otherwise idle node: nothing but
 # its own limit can hold it (claim b).
 REACH = Scenario("runaway's reach", (RUNAWAY,))
@@ -177,36 +206,53 @@ class Scenarios:
     def __init__(self, api: Api, node: RealNode, bins: Path, rounds: int, say: Callable[[str], None] = print) -> None:
         self.api, self.node, self.bins, self.rounds, self.say = api, node, bins, rounds, say
         self._serial = 0
+        self.namespace_of: dict[str, str] = {}  # the current scenario's pods: name -> namespace
 
     def setup(self, policy: str, scenario: Scenario) -> tuple[str, dict[str, str]]:
         """A fresh namespace with the scenario's pods running (for Headroom: opted in, and
         every limit Headroom wrote in force in the cgroups); (namespace, name → container ID)."""
+        ns = self.next_namespace()
         self._serial += 1
-        ns = f"lat-{self._serial}"
-        labels = {keys.MODE_KEY: "managed"} if policy == HEADROOM else {}
-        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}, "latency")
+        others = f"{ns}-a" if scenario.tenants else ns
+        labels = {keys.MODE_KEY: "managed"} if headroom(policy) else {}
+        for name in {ns, others}:
+            self.api.apply(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}, "latency"
+            )
         static = policy != NONE
-        pods = [_service(self.node.name, scenario.svc_request, scenario.svc_static if static else None, self.rounds)]
+        pods = [
+            (ns, _service(self.node.name, scenario.svc_request, scenario.svc_static if static else None, self.rounds))
+        ]
         for n in scenario.neighbours:
-            pods.append(_spinner(n, self.node.name, n.static if static else None))
-        for pod in pods:
-            self.api.post(f"/api/v1/namespaces/{ns}/pods", pod)
-        ids = running_containers(self.api, ns, [p["metadata"]["name"] for p in pods])
+            pods.append((others, _spinner(n, self.node.name, n.static if static else None)))
+        self.namespace_of = {pod["metadata"]["name"]: where for where, pod in pods}
+        for where, pod in pods:
+            self.api.post(f"/api/v1/namespaces/{where}/pods", pod)
+        ids: dict[str, str] = {}
+        for where in {ns, others}:
+            ids |= running_containers(self.api, where, [n for n, w in self.namespace_of.items() if w == where])
         self._wait_ready(ns)
-        if policy == HEADROOM:
+        if headroom(policy):
             self._wait_headroom(ns, ids)
         return ns, ids
 
+    def next_namespace(self) -> str:
+        """The namespace the next setup() makes for svc."""
+        return f"lat-{self._serial + 1}"
+
     def teardown(self, ns: str) -> None:
-        self.api.delete(f"/api/v1/namespaces/{ns}")
+        spaces = {ns, *self.namespace_of.values()}
+        for where in spaces:
+            self.api.delete(f"/api/v1/namespaces/{where}")
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                self.api.get(f"/api/v1/namespaces/{ns}")
-            except ApiError as exc:
-                if exc.status == 404:
-                    return
-                raise
+        while spaces and time.monotonic() < deadline:
+            for where in list(spaces):
+                try:
+                    self.api.get(f"/api/v1/namespaces/{where}")
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+                    spaces.discard(where)
             time.sleep(0.5)
 
     def _wait_ready(self, ns: str, timeout: float = 60) -> None:
@@ -231,7 +277,7 @@ class Scenarios:
         while True:
             done = True
             for name, cid in ids.items():
-                pod = self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+                pod = self.api.get(f"/api/v1/namespaces/{self.namespace_of.get(name, ns)}/pods/{name}")
                 limit = _limit_of(pod)
                 shown = (pod["metadata"].get("annotations") or {}).get(keys.STATUS_KEY)
                 counters = self.node.counters(cid)
@@ -247,7 +293,7 @@ class Scenarios:
             time.sleep(0.2)
 
     def limit(self, ns: str, name: str) -> str:
-        return _limit_of(self.api.get(f"/api/v1/namespaces/{ns}/pods/{name}"))
+        return _limit_of(self.api.get(f"/api/v1/namespaces/{self.namespace_of.get(name, ns)}/pods/{name}"))
 
     def _url(self, ns: str, path: str = "/") -> str:
         ip = self.api.get(f"/api/v1/namespaces/{ns}/pods/{SERVICE[0]}")["status"].get("podIP")

@@ -12,7 +12,7 @@ def test_benchmark_runs_at_small_size():
     assert r.returncode == 0, r.stderr
     for heading in ("memory per cached pod", "watch stream ingest", "policy"):
         assert heading in r.stdout
-    assert "decisions/s" in r.stdout and "events of" in r.stdout
+    assert "decisions/s" in r.stdout and "events of" in r.stdout and "with tenants" in r.stdout
 
 
 def test_startup_benchmark_runs_the_real_process_at_small_size():
