@@ -36,7 +36,8 @@ timeout is printed `≥ 2 s (saturated)`: what it would have been is unknown, an
 made of it. Printed per row: the median (min–max) over the repeats of p50 / p99 / p99.9,
 timeouts and other errors, the generator's largest lag, the host's busy and steal share,
 and per pod its limit, cores, throttled share and whether its limit bound it (cores ≥ 90 %
-of the limit: `*`). Nothing is asserted.
+of the CFS quota in force in its cgroup); a p99.9 only over windows of at least 1,000
+answered requests. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -136,10 +137,19 @@ def burst_rows() -> list[Row]:
     ]
 
 
+# A p99.9 is one request in a thousand: over fewer answered requests it is the slowest one
+# or two, not a percentile, and is not printed.
+P999_SAMPLES = 1000
+
+
 def _latency(rs: list[Run], key: str) -> str:
     """Median (min–max) over the repeats; a saturated one says so instead of a number."""
     if any(r.saturated(key) for r in rs):
         return f"≥ {TIMEOUT_S:g} s (saturated)"
+    if key == "p999_ms":
+        rs = [r for r in rs if r.answered >= P999_SAMPLES]
+        if not rs:
+            return f"- (under {P999_SAMPLES} answers a window)"
     values = [float(r.latency[key]) for r in rs]
     return _spread(values) + " ms"
 
@@ -194,7 +204,10 @@ def report(runs: list[Run], args: argparse.Namespace, rounds: int, capacity: flo
                         f"{_spread([p.cores for p in pods], '{:.2f}'):<18} throttled {throttled:<16} bound {bound}/{len(pods)}"
                         + (f"  GOMAXPROCS {_spread([r.gomaxprocs for r in rs], '{:.0f}')}" if name == "svc" else "")
                     )
-    print("\n(bound: the pod used ≥ 90 % of its limit over the window; throttled: % of CFS periods throttled)")
+    print(
+        "\n(bound: the pod used ≥ 90 % of the CFS quota in force in its cgroup over the window; throttled: % of "
+        f"CFS periods throttled; p99.9 only over windows of at least {P999_SAMPLES} answered requests)"
+    )
 
 
 def _limits(values: list[str]) -> str:

@@ -168,8 +168,10 @@ class PodFigures:
 
     @property
     def bound(self) -> bool:
-        """Its limit held it: it used at least 90 % of its limit over the window."""
-        return self.limit != "none" and self.cores >= 0.9 * cpu_milli(self.limit) / 1000
+        """Its limit held it: it used at least 90 % of the CFS quota in force in its cgroup
+        (quota / period) over the window. The quota, not the spec's limit: during a resize
+        the two differ, and the kernel enforces the quota."""
+        return self.quota_us > 0 and self.cores >= 0.9 * self.quota_us / (PERIOD_S * 1_000_000)
 
 
 @dataclass
@@ -188,6 +190,11 @@ class Run:
     def saturated(self, key: str) -> bool:
         """The percentile sits at the timeout: what it would be is unknown."""
         return float(self.latency[key]) >= TIMEOUT_S * 1000 * 0.99
+
+    @property
+    def answered(self) -> int:
+        """Requests the window answered: what its percentiles are taken over."""
+        return int(self.latency.get("ok", 0))
 
 
 def host_cpu() -> tuple[int, int, int]:

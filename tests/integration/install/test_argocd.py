@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -175,10 +176,11 @@ class GitOps:
     def steady(self, cycles: int, act: Callable[[int], None], timeout: float = 60) -> tuple[list[Any], int]:
         """`cycles` times: `act(i)`, then a hard refresh of every Application (a fresh diff
         against the live objects) waited until each has been compared again. Every
-        Application is read twice a second throughout: (each time one read other than
-        Synced, or had started a sync operation since the first cycle; how many reads).
-        Self-heal would fix a drift within a cycle, so a drift loop shows as a sync
-        operation even when no read catches the OutOfSync between."""
+        Application is read twice a second throughout, while `act` scales and Headroom
+        resizes as well as after: (each time one read other than Synced, or had started a
+        sync operation since the first cycle; how many reads). Self-heal would fix a drift
+        within a cycle, so a drift loop shows as a sync operation even when no read catches
+        the OutOfSync between."""
         names = (ROOT_APP, CRDS_APP, CHART_APP, CONFIG_APP, TEAM_APP)
 
         def status(n: str) -> dict[str, Any]:
@@ -187,32 +189,46 @@ class GitOps:
         started = {n: (status(n).get("operationState") or {}).get("startedAt", "") for n in names}
         bad: list[Any] = []
         reads = 0
+        lock = threading.Lock()
 
         def look() -> list[str]:
             nonlocal reads
             compared = []
-            for n in names:
-                st = status(n)
-                reads += 1
-                sync = (st.get("sync") or {}).get("status", "")
-                op = st.get("operationState") or {}
-                if sync != "Synced":
-                    bad.append((n, sync, _drift(st), [c.get("message") for c in st.get("conditions") or []]))
-                if op.get("startedAt", "") != started[n]:
-                    bad.append((n, "sync operation started", op.get("startedAt"), op.get("message")))
-                    started[n] = op.get("startedAt", "")
-                compared.append(st.get("reconciledAt", ""))
+            with lock:
+                for n in names:
+                    st = status(n)
+                    reads += 1
+                    sync = (st.get("sync") or {}).get("status", "")
+                    op = st.get("operationState") or {}
+                    if sync != "Synced":
+                        bad.append((n, sync, _drift(st), [c.get("message") for c in st.get("conditions") or []]))
+                    if op.get("startedAt", "") != started[n]:
+                        bad.append((n, "sync operation started", op.get("startedAt"), op.get("message")))
+                        started[n] = op.get("startedAt", "")
+                    compared.append(st.get("reconciledAt", ""))
             return compared
 
-        for i in range(cycles):
-            act(i)
-            before = look()
-            time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
-            self.refresh(*names, how="hard")
-            deadline = time.monotonic() + timeout
-            while any(now <= was for now, was in zip(look(), before, strict=True)):
-                assert time.monotonic() < deadline, f"not compared again within {timeout:.0f}s: {names}"
-                time.sleep(0.5)
+        stop = threading.Event()
+
+        def reader() -> None:  # the reads while act() runs (and between the refresh waits)
+            while not stop.wait(0.5):
+                look()
+
+        watcher = threading.Thread(target=reader, name="argocd-reads", daemon=True)
+        watcher.start()
+        try:
+            for i in range(cycles):
+                act(i)
+                before = look()
+                time.sleep(1.1)  # reconciledAt counts seconds: the next comparison's is a later one
+                self.refresh(*names, how="hard")
+                deadline = time.monotonic() + timeout
+                while any(now <= was for now, was in zip(look(), before, strict=True)):
+                    assert time.monotonic() < deadline, f"not compared again within {timeout:.0f}s: {names}"
+                    time.sleep(0.5)
+        finally:
+            stop.set()
+            watcher.join(10)
         return bad, reads
 
     def comparison_error(self, name: str) -> str:
