@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from .core.planner import NodePlan
-from .core.records import applied_limits
+from .core.records import REFUSAL_CAUSES, applied_limits
 
 # The outcomes headroom_resizes_total counts: what a write ends in (cluster.writer's results)
 # and what a dry run counts (engine.reconciler.WOULD_APPLY). Spelled out, not imported: those
@@ -132,6 +132,15 @@ class Metrics(AdmissionMetrics):
         # failure of a kind would otherwise miss it (the series appears already at 1).
         for result, dry_run in OUTCOMES:
             self.resizes.labels(result, dry_run)
+        self.node_refusals = Counter(
+            "headroom_resizes_refused_by_node",
+            "Resizes the kubelet refused (PodResizePending Infeasible, PodResizeInProgress Error), by cause: "
+            "cfs-burst (the kernel refused a CPU quota below the container's CFS burst), infeasible, error.",
+            ["cause"],
+            registry=r,
+        )
+        for cause in REFUSAL_CAUSES:
+            self.node_refusals.labels(cause)
         self.reconcile_seconds = Histogram(
             "headroom_reconcile_duration_seconds",
             "Time to reconcile one node, writes included.",

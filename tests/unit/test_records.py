@@ -155,7 +155,7 @@ def test_same_inputs_sees_every_field_but_version_and_our_annotation():
     import dataclasses
 
     base = pod_from_dict(pod(containers=[container("a", "1", "2")]))
-    ignored = {"resource_version", "status_annotation", "original_limits", "resized_by_headroom"}
+    ignored = {"resource_version", "status_annotation", "original_limits", "resized_by_headroom", "resize_refusal"}
     changes = {
         "labels": {"x": "y"},
         "containers": (),
@@ -238,3 +238,32 @@ def test_what_the_kubelet_applied_is_kept_whenever_it_differs_from_the_spec_in_f
     assert p.applied == (("app", 260),) and p.resize_deferred and p.unapplied is None
     assert _kubelet_says("100m").applied is None
     assert _kubelet_says("260m", running=False).applied is None
+
+
+def test_a_refused_resize_keeps_what_the_kubelet_said_and_its_cause():
+    from headroom.core.records import CFS_BURST, ERROR_CAUSE, INFEASIBLE_CAUSE, refusal_cause, refusal_text
+
+    def refused(kind: str, reason: str, message: str | None):
+        raw = pod(containers=[container("a", "1", "2")])
+        cond = {"type": kind, "status": "True", "reason": reason}
+        if message is not None:
+            cond["message"] = message
+        raw["status"]["conditions"] = [cond]
+        return pod_from_dict(raw)
+
+    # What the v1.37 kubelet reports when the kernel refuses a quota below the burst (v2 node).
+    burst = refused(
+        "PodResizeInProgress",
+        "Error",
+        "failed to update container: ... write /sys/fs/cgroup/kubepods/.../cpu.max: invalid argument",
+    )
+    assert burst.resize_infeasible and refusal_cause(burst.resize_refusal) == CFS_BURST
+    assert "CFS burst" in refusal_text(burst.resize_refusal) and "cpu.max: invalid argument" in refusal_text(
+        burst.resize_refusal
+    )
+    v1 = refused("PodResizeInProgress", "Error", "write cpu.cfs_quota_us: invalid argument")
+    assert refusal_cause(v1.resize_refusal) == CFS_BURST
+    full = refused("PodResizePending", "Infeasible", "Node didn't have enough capacity: cpu, requested: 9000")
+    assert refusal_cause(full.resize_refusal) == INFEASIBLE_CAUSE
+    assert refusal_cause(refused("PodResizeInProgress", "Error", None).resize_refusal) == ERROR_CAUSE
+    assert len(refused("PodResizeInProgress", "Error", "x" * 5000).resize_refusal or "") < 320  # bounded

@@ -65,6 +65,7 @@ class _Condition(_S):
     type: Any = UNSET
     status: Any = UNSET
     reason: Any = UNSET
+    message: Any = UNSET  # read for a refused resize only (core/records.refusal_cause)
     observedGeneration: Any = UNSET
 
 

@@ -17,7 +17,7 @@ from ..core.params import Settings
 from ..core.planner import ClusterPlan, NodePlan, PodPlan, what_if
 from ..core.policy import NodeSummary
 from ..core.quantity import format_milli
-from ..core.records import INIT, applied_limits
+from ..core.records import INIT, applied_limits, refusal_text
 from ..core.release import current_limit
 
 if TYPE_CHECKING:
@@ -316,6 +316,8 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         f"factor F = 1 + S/M = {s.factor:.2f}",
     ]
     t = p.target
+    if p.pod.resize_infeasible:
+        lines.append(f"  its last resize was refused: {refusal_text(p.pod.resize_refusal)}")
     if p.tenant is not None:
         lines.append(f"  tenant: {p.tenant!r} (weight {float(_weight(st, p.tenant)):g})")
     if t is None:

@@ -82,6 +82,9 @@ class Pod:
     # The pod generation whose resize the kubelet refused (Infeasible, or InProgress with
     # reason Error); 0 when none is refused. One backoff per refused generation.
     resize_refused_generation: int = 0
+    # What the kubelet said of the refused resize ("Infeasible: ..." or "Error: ..."), for
+    # explain and the event; not an input of any decision.
+    resize_refusal: str | None = None
     owner_name: str | None = None  # name of the controller ownerReference
     # kube-headroom.dev/original-cpu-limits: the limits the pod had before Headroom first
     # wrote one (raw JSON, as recorded; see core/release.py)
@@ -372,6 +375,38 @@ def _positive(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+MESSAGE_CHARS = 300  # of a kubelet's refusal kept on the record
+
+# Why a node refused a resize, as the metric and the event name it.
+CFS_BURST, INFEASIBLE_CAUSE, ERROR_CAUSE = "cfs-burst", "infeasible", "error"
+REFUSAL_CAUSES = (CFS_BURST, INFEASIBLE_CAUSE, ERROR_CAUSE)
+
+
+def refusal_cause(refusal: str | None) -> str:
+    """The cause of a refused resize from what the kubelet said: `cfs-burst` when the kernel
+    refused the new CFS quota as invalid (it refuses a quota below the cgroup's burst:
+    cpu.max.burst on cgroup v2, cpu.cfs_burst_us on v1, set by a node agent), `infeasible`
+    (the node cannot fit it), else `error`."""
+    if refusal is None:
+        return ERROR_CAUSE
+    low = refusal.lower()
+    if ("cpu.max" in low or "cpu.cfs_quota_us" in low) and "invalid argument" in low:
+        return CFS_BURST
+    return INFEASIBLE_CAUSE if refusal.startswith("Infeasible") else ERROR_CAUSE
+
+
+def refusal_text(refusal: str | None) -> str:
+    """What explain and the pod's Warning event say of a resize the node refused."""
+    said = f" (the kubelet: {refusal})" if refusal else ""
+    if refusal_cause(refusal) == CFS_BURST:
+        return (
+            "the node refused the resize: the kernel will not set a CPU quota below the CFS burst a node agent "
+            "set on the container (cpu.max.burst; Koordinator, Volcano and others set it), and the kubelet keeps "
+            f"the higher limit{said}; remove the burst, or exclude the pod from Headroom where an agent manages it"
+        )
+    return f"the kubelet refused the resize (Infeasible or Error){said}"
+
+
 def _generation(*candidates: object) -> int:
     """The first usable generation: the condition's, the status', then the pod's own."""
     for value in candidates:
@@ -440,6 +475,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
 
     infeasible = pending = deferred = False
     refused_generation = 0
+    refusal: str | None = None
     observed, generation = status.get("observedGeneration"), meta.get("generation")
     if _positive(observed) and _positive(generation) and observed < generation:
         pending = True  # the kubelet has not seen the latest spec (a resize) yet
@@ -457,6 +493,8 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
                 refused_generation = _generation(
                     cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
                 )
+                said = cond.get("message")
+                refusal = f"{reason}: {said[:MESSAGE_CHARS] if isinstance(said, str) else 'no message'}"
     unapplied = applied = None
     if pod_level is None and status.get("phase") == "Running" and "containerStatuses" in status:
         applied = _unapplied(obj, status["containerStatuses"], app)
@@ -504,6 +542,7 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         resize_deferred=deferred,
         windows=(spec.get("os") or _EMPTY).get("name") == "windows",
         resize_refused_generation=refused_generation,
+        resize_refusal=refusal,
         owner_name=owner_name,
         original_limits=annotations.get(keys.ORIGINAL_KEY),
         resized_by_headroom=resized,

@@ -106,7 +106,13 @@ class Controller:
             self.config,
             self.writer,
             self.backoff,
-            Hooks(self.inputs.pod_level_for, self._count, self._observe, self._annotation_failed),
+            Hooks(
+                self.inputs.pod_level_for,
+                self._count,
+                self._observe,
+                self._annotation_failed,
+                lambda cause: self.metrics.node_refusals.labels(cause).inc(),
+            ),
             annotate=self.options.status_annotation,
         )
         self.limiter.resizes_waiting = self.reconciler.resizes_waiting

@@ -32,7 +32,7 @@ from ..core.planner import NodePlan, PodPlan, fit_quota, limit_range_refusal_of,
 from ..core.policy import PodTarget, write_order, writes_now
 from ..core.quantity import format_milli
 from ..core.quota import QuotaBudget
-from ..core.records import Node, Pod
+from ..core.records import Node, Pod, refusal_cause, refusal_text
 from .annotations import Annotations, annotation_due, shown
 from .backoff import PodBackoff
 from .foreign import ForeignWriters
@@ -95,6 +95,7 @@ class Hooks:
     on_outcome: Callable[[str, bool], None] = lambda result, dry_run: None  # a write's result: metrics
     on_plan: Callable[[NodePlan], None] = lambda plan: None  # every computed node: metrics, status
     on_annotation_failed: Callable[[str, Outcome], None] = lambda node, outcome: None  # retry the node
+    on_refused: Callable[[str], None] = lambda cause: None  # a node refused a resize: its cause (metrics)
 
 
 class Reconciler:
@@ -251,11 +252,12 @@ class Reconciler:
                 self._refused_seen[pod.key] = pod.resize_refused_generation
                 if self.backoff.add(pod.key) and settings.blocked is None:
                     self.hooks.on_outcome(INFEASIBLE, settings.dry_run)
+                    self.hooks.on_refused(refusal_cause(pod.resize_refusal))
                     self.writer.event(
                         pod,
                         "Warning",
                         "CPULimitAdjustSkipped",
-                        f"the kubelet refused the resize (Infeasible or Error); leaving the pod alone for {settings.backoff_seconds:.0f}s",
+                        f"{refusal_text(pod.resize_refusal)}; leaving the pod alone for {settings.backoff_seconds:.0f}s",
                     )
         backing_off = self._come_back_together(pods, self.backoff.active())
         self.foreign.review(pods, settings)

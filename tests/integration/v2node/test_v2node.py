@@ -10,7 +10,7 @@ import time
 
 from headroom.cluster.client import Api, pod_path
 from headroom.core.quantity import cpu_milli
-from helpers.cluster_helpers import wait_annotation, wait_for, wait_limits
+from helpers.cluster_helpers import headroom_cli, wait_annotation, wait_for, wait_limits
 from helpers.realnode_helpers import PERIOD_US, wait_node_empty, wait_running
 from testbed.node import busy_pod
 from testbed.vmnode import VmNode
@@ -78,17 +78,18 @@ def test_a_managed_limit_is_followed_by_cpu_max_up_and_down(api, namespace, v2_n
 
 
 def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
-    api, namespace, v2_node, headroom_config, start_controller
+    api, namespace, v2_node, headroom_config, start_controller, control_plane
 ):
     """A node agent's CFS burst (as Koordinator or Volcano sets `cpu.max.burst`) above the
     quota Headroom's cut asks for: the kernel refuses the quota, the kubelet reports the
     resize in error and keeps the higher limit; Headroom writes the pod once, says so in a
-    Warning event, and sends nothing more (the pod's generation stays where its cut left it)."""
+    Warning event naming the CFS burst, counts it by cause, `explain` says why, and it sends
+    nothing more (the pod's generation stays where its cut left it)."""
     wait_node_empty(api, v2_node.name, timeout=120)
     api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("app", v2_node.name, "100m", "200m", busy=False))
     wait_running(api, namespace, "app", timeout=180)
     headroom_config()
-    start_controller()
+    controller = start_controller()
     wait_limits(api, namespace, "app", ["1"], timeout=90)
     _wait_cpu_max(v2_node, api, namespace, "app")
     container = v2_node.container_cgroup(api.get(pod_path(namespace, "app")), "app")
@@ -120,6 +121,17 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     assert after["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "1"  # the node kept the old one
     assert _cpu_max(v2_node, container) == f"100000 {PERIOD_US}"
     assert "CPULimitAdjustSkipped" in events and "ResizeError" in events
+    said = [e["message"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+            if e["reason"] == "CPULimitAdjustSkipped"]  # fmt: skip
+    assert any("CFS burst" in m and "cpu.max.burst" in m for m in said), said
+    _, metrics = controller.http("/metrics", controller.metrics_port)
+    assert 'headroom_resizes_refused_by_node_total{cause="cfs-burst"} 1.0' in metrics
+    explained = headroom_cli(control_plane.kubeconfig(), "explain", f"{namespace}/app")
+    assert (
+        "its last resize was refused: the node refused the resize: the kernel will not set a CPU quota below the CFS burst"
+        in explained.stdout
+    ), explained
+    print(explained.stdout)
 
 
 def test_a_pod_born_with_the_webhooks_limit_runs_under_it_from_its_start(
