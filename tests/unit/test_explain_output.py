@@ -56,3 +56,16 @@ def test_the_kernels_limit_history_is_the_points_where_it_changed():
         "CPU limit the kernel enforced (cAdvisor's CFS quota), where it changed: "
         "16:00:00 200m → 16:00:07 1 → 16:01:00 none" in text
     ), text
+
+
+def test_pressure_says_whether_the_limit_or_the_node_holds_a_container_back():
+    def row(throttled: float, waiting: float | None) -> Throttling:
+        return Throttling("app", 600, 600 * throttled, 1.0, 0.5, 0.6, waiting=waiting)
+
+    assert "its own limit holds it back" in output.pressure_verdict(row(0.4, 0.3))
+    assert "the node is contended, not its limit" in output.pressure_verdict(row(0.0, 0.3))
+    assert "neither its limit nor the node" in output.pressure_verdict(row(0.01, 0.01))
+    n = _plan(None).nodes[0]
+    text = output.measured(n, n.pods[0], [row(0.0, 0.3)], 300, "Prometheus")
+    assert "CPU pressure (PSI): some task waited for a CPU 30% of the time" in text, text
+    assert "PSI" not in output.measured(n, n.pods[0], [row(0.0, None)], 300, "Prometheus")  # cgroup v1: none

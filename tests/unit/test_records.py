@@ -266,4 +266,5 @@ def test_a_refused_resize_keeps_what_the_kubelet_said_and_its_cause():
     full = refused("PodResizePending", "Infeasible", "Node didn't have enough capacity: cpu, requested: 9000")
     assert refusal_cause(full.resize_refusal) == INFEASIBLE_CAUSE
     assert refusal_cause(refused("PodResizeInProgress", "Error", None).resize_refusal) == ERROR_CAUSE
-    assert len(refused("PodResizeInProgress", "Error", "x" * 5000).resize_refusal or "") < 320  # bounded
+    long = refused("PodResizeInProgress", "Error", "x" * 5000 + " write .../cpu.max: invalid argument").resize_refusal
+    assert long is not None and len(long) < 320 and refusal_cause(long) == CFS_BURST  # bounded, its end kept

@@ -39,6 +39,10 @@ class Throttling:
     # the CPU limit the kernel enforced (cAdvisor's CFS quota / period, cores; 0: none) where
     # it changed: [(unix time it was first seen, cores)], the first entry the window's start
     limits: list[tuple[float, float]] = field(default_factory=list)
+    # cgroup v2 pressure (PSI, cAdvisor's container_pressure_cpu_waiting_seconds_total): the
+    # share of the window in which some task of the container waited for a CPU; None where
+    # the kubelet reports none (cgroup v1, or PSI off in the kernel)
+    waiting: float | None = None
 
     @property
     def share(self) -> float:
@@ -211,6 +215,7 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
     throttled = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_periods_total{sel}[{w}]))", "container")
     seconds = prom.vector(f"{by} (increase(container_cpu_cfs_throttled_seconds_total{sel}[{w}]))", "container")
     used = prom.vector(f"{by} (rate(container_cpu_usage_seconds_total{sel}[{w}]))", "container")
+    waiting = prom.vector(f"{by} (rate(container_pressure_cpu_waiting_seconds_total{sel}[{w}]))", "container")
     p95 = prom.vector(
         f"quantile_over_time(0.95, ({by} (rate(container_cpu_usage_seconds_total{sel}[1m])))[{w}:15s])", "container"
     )
@@ -233,6 +238,7 @@ def throttling(prom: Prometheus, namespace: str, pod: str, window: float, now: f
             cpu_p95=p95.get(c),
             timeline=timeline.get(c, []),
             limits=limits.get(c, []),
+            waiting=waiting.get(c),
         )
         for c in sorted(periods)
     ]

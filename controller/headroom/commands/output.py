@@ -397,6 +397,22 @@ def _hms(t: float) -> str:
     return f"{datetime.datetime.fromtimestamp(t, datetime.UTC):%H:%M:%S}"
 
 
+# Below these shares of the window, neither the limit nor the node holds a container back.
+THROTTLED_SHARE, WAITING_SHARE = 0.05, 0.05
+
+
+def pressure_verdict(r: Throttling) -> str:
+    """Whether a container waits for CPU because its own limit throttles it or because the
+    node is contended, from the kernel's CFS counters and its pressure (PSI) counters."""
+    assert r.waiting is not None
+    said = f"CPU pressure (PSI): some task waited for a CPU {_pct(r.waiting)} of the time"
+    if r.share >= THROTTLED_SHARE:
+        return said + f"; throttled in {_pct(r.share)} of its periods: its own limit holds it back"
+    if r.waiting >= WAITING_SHARE:
+        return said + f", throttled in {_pct(r.share)} of its periods: the node is contended, not its limit"
+    return said + ": neither its limit nor the node holds it back"
+
+
 def measured(n: NodePlan, p: PodPlan, rows: list[Throttling], window: float, source: str) -> str:
     """What `explain --prometheus` adds below the arithmetic: the pod's measured throttling
     per container and over time, whose limit it was, who books the node, and the what-if."""
@@ -418,6 +434,8 @@ def measured(n: NodePlan, p: PodPlan, rows: list[Throttling], window: float, sou
             f"    container {r.container}: throttled in {_pct(r.share)} of its CFS periods, "
             f"{r.throttled_seconds:.1f}s in all{used}"
         )
+        if r.waiting is not None:
+            lines.append(f"      {pressure_verdict(r)}")
         if r.limits:
             history = " → ".join(f"{_hms(t)} {format_milli(round(v * 1000)) if v > 0 else 'none'}" for t, v in r.limits)
             lines.append(f"      CPU limit the kernel enforced (cAdvisor's CFS quota), where it changed: {history}")

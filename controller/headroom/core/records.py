@@ -375,7 +375,7 @@ def _positive(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-MESSAGE_CHARS = 300  # of a kubelet's refusal kept on the record
+MESSAGE_CHARS = 300  # of a kubelet's refusal kept on the record: its end
 
 # Why a node refused a resize, as the metric and the event name it.
 CFS_BURST, INFEASIBLE_CAUSE, ERROR_CAUSE = "cfs-burst", "infeasible", "error"
@@ -494,7 +494,12 @@ def _pod_from_dict(obj: Mapping[str, Any]) -> Pod:
                     cond.get("observedGeneration"), status.get("observedGeneration"), meta.get("generation")
                 )
                 said = cond.get("message")
-                refusal = f"{reason}: {said[:MESSAGE_CHARS] if isinstance(said, str) else 'no message'}"
+                said = said.strip() if isinstance(said, str) else ""
+                if not said:
+                    said = "no message"
+                elif len(said) > MESSAGE_CHARS:  # the end says what failed (the errno)
+                    said = "…" + said[-MESSAGE_CHARS:]
+                refusal = f"{reason}: {said}"
     unapplied = applied = None
     if pod_level is None and status.get("phase") == "Running" and "containerStatuses" in status:
         applied = _unapplied(obj, status["containerStatuses"], app)

@@ -6,6 +6,7 @@ container's and the pod's `cpu.max` (quota and period) after each resize.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from headroom.cluster.client import Api, pod_path
@@ -154,3 +155,46 @@ def test_a_pod_born_with_the_webhooks_limit_runs_under_it_from_its_start(
     after = api.get(pod_path(namespace, "born"))
     assert "ResizeStarted" not in events and after["metadata"]["generation"] == 1
     assert _cpu_max(v2_node, container) == f"30000 {PERIOD_US}"
+
+
+def test_explain_reads_the_v2_kubelets_counters_and_says_whether_the_limit_or_the_node_holds_a_pod_back(
+    api, namespace, v2_node, headroom_config, start_controller, control_plane, tmp_path
+):
+    """`headroom explain --prometheus` on the v2 node: a real Prometheus scrapes the guest
+    kubelet's /metrics/cadvisor (its counters come from cpu.stat there, and pressure from
+    cpu.pressure where the kernel keeps it); a busy pod held to 200m is shown throttled by
+    its own limit."""
+    from headroom.cluster.client import MERGE_PATCH
+    from helpers.realnode_helpers import start_prometheus
+
+    wait_node_empty(api, v2_node.name, timeout=120)
+    headroom_config()
+    controller = start_controller()
+    prom = start_prometheus(api, v2_node, controller.metrics_port, tmp_path)  # type: ignore[arg-type]
+    try:
+        api.patch(
+            f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {"kube-headroom.dev/mode": None}}}, MERGE_PATCH
+        )
+        api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("busy", v2_node.name, "100m", "200m"))
+        wait_running(api, namespace, "busy", timeout=180)
+        psi = v2_node.read("/proc/pressure/cpu").strip()  # the kernel's own: "" where PSI is off
+        began = time.monotonic()
+        while True:
+            out = headroom_cli(
+                control_plane.kubeconfig(), "explain", f"{namespace}/busy", "--prometheus", prom.url, "--window", "1m"
+            ).stdout
+            found = re.search(r"throttled in (\d+)% of its CFS periods", out)
+            if found and int(found.group(1)) >= 10 and (not psi or "CPU pressure (PSI)" in out):
+                break
+            assert time.monotonic() - began < 240, (out, prom.targets(), psi)
+            time.sleep(5)
+        print(
+            f"\n/proc/pressure/cpu in the guest: {psi!r}\n$ headroom explain {namespace}/busy --prometheus ...\n{out}"
+        )
+        assert "whose limit: not Headroom's; the pod is not managed (NamespaceNotManaged)" in out
+        if psi:
+            assert "its own limit holds it back" in out, out
+        else:
+            assert "PSI" not in out, out
+    finally:
+        prom.stop()
