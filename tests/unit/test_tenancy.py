@@ -138,7 +138,7 @@ def _compute(alloc, managed, unmanaged, s):
     return compute_node(alloc, [p for _, p in managed] + unmanaged, ms, s)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(tenant_node(), st.integers(1, 400))
 def test_equal_weights_and_no_cap_give_exactly_todays_targets(state, w):
     alloc, managed, unmanaged, base, _ = state
@@ -153,7 +153,7 @@ def test_equal_weights_and_no_cap_give_exactly_todays_targets(state, w):
     assert [t.containers for t in targets] == [t.containers for t in today[1]]
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(tenant_node())
 def test_a_tenants_bursts_before_the_floor_stay_within_its_cap(state):
     alloc, managed, unmanaged, base, t = state
@@ -172,7 +172,7 @@ def test_a_tenants_bursts_before_the_floor_stay_within_its_cap(state):
     assert sum(p.pot for p in summary.pots.values()) <= summary.slack
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(tenant_node(), st.sampled_from(NAMES), st.integers(1, 8))
 def test_raising_a_tenants_weight_never_lowers_its_targets_nor_raises_anothers(state, who, factor):
     alloc, managed, unmanaged, base, t = state
@@ -191,7 +191,7 @@ def test_splitting_a_pod_inside_a_tenant_changes_no_other_tenant():
     assert run_counting(_split_inside_a_tenant) >= 300
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(tenant_node(managed_min=2), st.integers(min_value=2, max_value=5))
 def _split_inside_a_tenant(reached, state, k):
     alloc, managed, unmanaged, base, t = state
@@ -216,7 +216,7 @@ def _split_inside_a_tenant(reached, state, k):
             assert abs(a[p.name] - b[p.name].target) <= 10
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(tenant_node())
 def test_fused_compute_node_equals_the_reference_with_tenants(state):
     alloc, managed, unmanaged, base, t = state
@@ -237,7 +237,7 @@ def test_deterministic_whatever_the_order(state):
     assert {x.managed.pod.name: x for x in first[1]} == {x.managed.pod.name: x for x in second[1]}
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(
     st.integers(1, 100000),
     st.dictionaries(st.sampled_from(NAMES), st.integers(0, 10000), min_size=1),
