@@ -14,3 +14,20 @@ def run_counting(case: Any) -> int:
     case(reached=reached)
     print(f"\n{case.__name__}: {len(reached)} generated cases went the whole way")
     return len(reached)
+
+
+def split_pod(victim: Any, k: int) -> list[Any] | None:
+    """`victim`'s CPU requests as `k` one-container pods of the same total (the same memory
+    shape, Burstable), or None when a part would be empty."""
+    from headroom.core.records import pod_from_dict
+    from helpers.factories import container, pod
+
+    total = sum(c.cpu_request for c in victim.containers)
+    share = total // k
+    parts = [share] * (k - 1) + [total - share * (k - 1)]
+    if min(parts) <= 0:
+        return None
+    return [
+        pod_from_dict(pod(f"split{i}", containers=[container(cpu=f"{r}m", mem="1Gi", mem_limit="2Gi")]))
+        for i, r in enumerate(parts)
+    ]

@@ -21,7 +21,7 @@ from headroom.core.policy import (
 )
 from headroom.core.records import GUARANTEED, Pod, pod_from_dict, qos_class
 from helpers.factories import container, pod
-from helpers.generated import run_counting
+from helpers.generated import run_counting, split_pod
 
 S = Settings()
 
@@ -261,16 +261,10 @@ def _split_a_pod(reached, state, k):
     alloc, managed, unmanaged, s = state
     s = replace(s, min_burst_floor=0)
     victim, others = managed[0], managed[1:]
-    total = sum(c.cpu_request for c in victim.containers)
-    share = total // k
-    parts = [share] * (k - 1) + [total - share * (k - 1)]
-    if min(parts) <= 0:
+    split = split_pod(victim, k)
+    if split is None:
         return
     reached.append(k)
-    split = [
-        pod_from_dict(pod(f"split{i}", containers=[container(cpu=f"{r}m", mem="1Gi", mem_limit="2Gi")]))
-        for i, r in enumerate(parts)
-    ]
     _, before = compute_node(alloc, managed + unmanaged, _managed(managed, s), s)
     _, after = compute_node(alloc, [*others, *split, *unmanaged], _managed([*others, *split], s), s)
     b = {t.managed.pod.name: t.target for t in before}

@@ -20,7 +20,7 @@ from headroom.core.policy import (
 from headroom.core.records import Pod, namespace_from_dict, pod_from_dict
 from headroom.core.tenancy import Tenancy, pots, tenant_name
 from helpers.factories import container, pod
-from helpers.generated import run_counting
+from helpers.generated import run_counting, split_pod
 
 NO_FLOOR = Settings(min_burst_floor=0, max_multiplier=Fraction(0))
 
@@ -197,16 +197,11 @@ def _split_inside_a_tenant(reached, state, k):
     alloc, managed, unmanaged, base, t = state
     s = replace(base, min_burst_floor=0, tenancy=t)
     (tenant, victim), others = managed[0], managed[1:]
-    total = sum(c.cpu_request for c in victim.containers)
-    share = total // k
-    parts = [share] * (k - 1) + [total - share * (k - 1)]
-    if min(parts) <= 0:
+    parts = split_pod(victim, k)
+    if parts is None:
         return
     reached.append(k)
-    split = [
-        (tenant, pod_from_dict(pod(f"split{i}", containers=[container(cpu=f"{r}m", mem="1Gi", mem_limit="2Gi")])))
-        for i, r in enumerate(parts)
-    ]
+    split = [(tenant, p) for p in parts]
     _, before = _compute(alloc, managed, unmanaged, s)
     _, after = _compute(alloc, [*others, *split], unmanaged, s)
     b = {x.managed.pod.name: x for x in before}
