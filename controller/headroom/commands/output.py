@@ -9,7 +9,6 @@ import io
 import json
 import re
 from dataclasses import replace
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ..core.eligibility import POOL_PAUSED
@@ -67,10 +66,6 @@ def node_json(n: NodePlan) -> dict[str, Any]:
         "factor": round(s.factor, 2),
         "dryRun": n.settings.dry_run,
     }
-
-
-def _weight(st: Settings, tenant: str) -> Fraction:
-    return dict(st.tenancy.weights).get(tenant, st.tenancy.default_weight)
 
 
 def pod_json(p: PodPlan, summary: NodeSummary | None = None) -> dict[str, Any]:
@@ -319,7 +314,7 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
     if p.pod.resize_infeasible:
         lines.append(f"  its last resize was refused: {refusal_text(p.pod.resize_refusal)}")
     if p.tenant is not None:
-        lines.append(f"  tenant: {p.tenant!r} (weight {float(_weight(st, p.tenant)):g})")
+        lines.append(f"  tenant: {p.tenant!r} (weight {float(st.tenancy.weight_of(p.tenant)):g})")
     if t is None:
         now = current_limit(p.pod)
         lines.append(

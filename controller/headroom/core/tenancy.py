@@ -11,7 +11,7 @@ shared by request, as the whole slack is without tenancy.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .records import Namespace
@@ -50,12 +50,7 @@ def pots(slack: int, requests: Mapping[str, int], tenancy: Tenancy) -> dict[str,
     """Each tenant's pot of `slack`, as the module docstring says. `requests`: M_t per
     tenant (tenants with none get an empty pot). Deterministic: the result does not depend
     on the order of `requests`."""
-    weights = dict(tenancy.weights)
-    default = tenancy.default_weight
-
-    def weight(t: str) -> Fraction:
-        return weights.get(t, default)
-
+    weight = tenancy.weight_of
     max_share = tenancy.max_node_slack_share
     if slack <= 0:
         return {t: Pot(t, weight(t), m, Fraction(0), False) for t, m in requests.items()}
@@ -91,6 +86,14 @@ class Tenancy:
     weights: tuple[tuple[str, Fraction], ...] = ()
     default_weight: Fraction = ONE
     max_node_slack_share: Fraction = ONE
+    _index: dict[str, Fraction] = field(init=False, compare=False, hash=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", dict(self.weights))
+
+    def weight_of(self, tenant: str) -> Fraction:
+        """A tenant's weight: its entry in `weights`, else `default_weight`."""
+        return self._index.get(tenant, self.default_weight)
 
     @property
     def neutral(self) -> bool:
