@@ -56,9 +56,8 @@ class Settings:
     per_node_patches_per_second: float = 10.0
     client_qps: float = 50.0
     release: str = "Keep"  # Keep or Restore: the limit of a pod that leaves management
-    tenancy: Tenancy = field(
-        default_factory=Tenancy
-    )  # tenants, their weights and the cap on one tenant's share of the slack
+    # Tenants: the namespace label naming them, their weights, the cap on one tenant's share.
+    tenancy: Tenancy = field(default_factory=Tenancy)
     # Why nothing may be written on these nodes (no HeadroomConfig, an invalid one with no
     # valid version known, a profile unusable and without a valid version); None: writable.
     blocked: str | None = None
