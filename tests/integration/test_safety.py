@@ -4,6 +4,7 @@ loopback proxy between `headroom run` and the server (tests/helpers/faultproxy.p
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 
@@ -330,6 +331,11 @@ def test_an_infeasible_resize_backs_off_once_per_refused_generation_and_comes_ba
             time.sleep(0.2)
         backed_off_at = time.monotonic()
         assert managed(c) == 0  # both BackingOff
+        # ...and the pod's status annotation says so, with the kubelet's reason
+        while (shown := json.loads(wait_annotation(api, namespace, "p"))).get("reason") != "BackingOff":
+            assert time.monotonic() - backed_off_at < 4, shown
+            time.sleep(0.1)
+        assert shown["managed"] is False and "the kubelet refused the resize (Infeasible" in shown["note"], shown
         # A status or label update of the same generation is not a new refusal.
         api.patch(pod_path(namespace, "p"), {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH)
         time.sleep(2)

@@ -240,6 +240,7 @@ class Reconciler:
         needs no resize needs its annotation; the resizes to write (None: none)."""
         node, pods, neighbours = view.node, view.pods, view.neighbours
         in_flight = self._in_flight
+        refused: list[Pod] = []  # refused by their node in this pass: their annotations say why
         for pod in pods:
             if pod.unapplied is None:
                 self.unapplied.agreed(pod.key)
@@ -251,6 +252,7 @@ class Reconciler:
                 # One backoff per refused generation, not per status update of the pod.
                 self._refused_seen[pod.key] = pod.resize_refused_generation
                 if self.backoff.add(pod.key) and settings.blocked is None:
+                    refused.append(pod)
                     self.hooks.on_outcome(INFEASIBLE, settings.dry_run)
                     self.hooks.on_refused(refusal_cause(pod.resize_refusal))
                     self.writer.event(
@@ -265,6 +267,11 @@ class Reconciler:
         if settings.blocked is None and self.foreign.step_back(plan, settings.backoff_seconds, in_flight):
             plan = self._plan_view(view, settings, backing_off)  # without the pods just left to their writer
         self.hooks.on_plan(plan)
+        for pod in refused:
+            pp = next((pp for pp in plan.pods if pp.pod.key == pod.key), None)
+            if pp is not None and pp.reason == elig.BACKING_OFF:
+                why = f"{refusal_text(pod.resize_refusal)}; Headroom decides it again in {settings.backoff_seconds:.0f}s"
+                self.annotations.queue_released(plan, pp.pod, elig.BACKING_OFF, why)
         # A backoff that expires must bring the node back by itself, not wait for an event.
         for pod in pods:
             if pod.key in backing_off:

@@ -84,8 +84,8 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     """A node agent's CFS burst (as Koordinator or Volcano sets `cpu.max.burst`) above the
     quota Headroom's cut asks for: the kernel refuses the quota, the kubelet reports the
     resize in error and keeps the higher limit; Headroom writes the pod once, says so in a
-    Warning event naming the CFS burst, counts it by cause, `explain` says why, and it sends
-    nothing more (the pod's generation stays where its cut left it)."""
+    Warning event and in its status annotation naming the CFS burst, counts it by cause,
+    `explain` says why, and it sends nothing more (the pod's generation stays where its cut left it)."""
     wait_node_empty(api, v2_node.name, timeout=120)
     api.post(f"/api/v1/namespaces/{namespace}/pods", busy_pod("app", v2_node.name, "100m", "200m", busy=False))
     wait_running(api, namespace, "app", timeout=180)
@@ -125,6 +125,8 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     said = [e["message"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]
             if e["reason"] == "CPULimitAdjustSkipped"]  # fmt: skip
     assert any("CFS burst" in m and "cpu.max.burst" in m for m in said), said
+    shown = json.loads(after["metadata"]["annotations"]["kube-headroom.dev/status"])  # where kubectl shows it
+    assert (shown["managed"], shown["reason"]) == (False, "BackingOff") and "CFS burst" in shown["note"], shown
     _, metrics = controller.http("/metrics", controller.metrics_port)
     assert 'headroom_resizes_refused_by_node_total{cause="cfs-burst"} 1.0' in metrics
     explained = headroom_cli(control_plane.kubeconfig(), "explain", f"{namespace}/app")
