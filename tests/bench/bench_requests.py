@@ -2,6 +2,7 @@
 the client's own per-request auth path as the baseline, in the same run.
 
     python tests/bench/bench_requests.py
+    python tests/bench/bench_requests.py --quick    # 500 requests a round (CI smoke test)
 
 The transport is replaced by a stub that answers at once, so this measures the
 controller's CPU per write or read, not the API server.
@@ -9,6 +10,7 @@ controller's CPU per write or read, not the API server.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +32,7 @@ class _Answer:
 
 
 def main() -> None:
+    count = 500 if "--quick" in sys.argv[1:] else N
     kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"
@@ -54,10 +57,10 @@ def main() -> None:
         best = 1e9
         for _ in range(3):
             start = time.perf_counter()
-            for _ in range(N):
+            for _ in range(count):
                 fn()
             best = min(best, time.perf_counter() - start)
-        print(f"{name}: {best / N * 1e6:.1f} µs per request (best of 3 x {N})")
+        print(f"{name}: {best / count * 1e6:.1f} µs per request (best of 3 x {count})")
 
 
 if __name__ == "__main__":

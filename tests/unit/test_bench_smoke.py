@@ -72,3 +72,14 @@ def test_admission_benchmark_runs_at_small_size():
         line.split()[0] for line in r.stdout.splitlines() if line.split()[1:2] in (["(no"], ["costly"], ["2.9"])
     ]
     assert attacked == ["baseline", "small", "unread"], r.stdout
+
+
+def test_request_benchmark_runs_at_small_size():
+    r = subprocess.run(
+        [sys.executable, str(BENCH.parent / "bench_requests.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "headroom Api request:" in r.stdout and "(baseline):" in r.stdout
