@@ -167,12 +167,13 @@ def test_flux_applies_headroom_from_git_and_waits_for_the_controller(gitops: Git
     assert gitops.settled("kube-headroom-config", sha)[:2] == ("True", "ReconciliationSucceeded")
 
     # A tenancy cap for the pool committed: no tenant's pods hold more than half a node's
-    # slack. The app's namespace is the node's only tenant: 100m + 1500m / 2.
+    # slack. The app's namespace is the node's only tenant: its pot is 750m of the 1500m,
+    # and the per-pod floor (min(minBurstFloor 1, S/N = 1.5)) lifts the lone app to 100m + 1.
     sha, pushed = gitops.push(
         "batch: no tenant holds more than half a node's slack",
         {CONFIG: good.replace(b"  maxMultiplier: 0\n", b"  maxMultiplier: 0\n  tenancy: {maxNodeSlackShare: 0.5}\n")},
     )
-    wait("the tenant's capped limit", lambda: limit(api, "team", "app") == 850, timeout=120)
+    wait("the tenant's capped limit", lambda: limit(api, "team", "app") == 1100, timeout=120)
     capped_at = time.monotonic() - pushed
     assert gitops.settled("kube-headroom-config", sha)[:2] == ("True", "ReconciliationSucceeded")
 
