@@ -46,10 +46,29 @@ class Flux:
     def start(self, timeout: float = 90) -> Flux:
         api = self.control_plane.api()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        served: list[tuple[str, str, str]] = []  # (group, version, kind) the controllers will ask for
         for crd in sorted((self.bin_dir / "crds").glob("*.yaml")):
             for doc in YAML(typ="safe").load_all(crd.read_text()):
                 if doc:
                     api.apply(doc, "headroom-tests")
+                    spec = doc["spec"]
+                    served += [
+                        (spec["group"], v["name"], spec["names"]["kind"]) for v in spec["versions"] if v["served"]
+                    ]
+        # A controller that starts before its kinds are in discovery exits ("no matches for
+        # kind"): wait until the API server lists every one.
+        deadline = time.monotonic() + timeout
+        for group, version, kind in served:
+            while True:
+                try:
+                    listed = {r["kind"] for r in api.get(f"/apis/{group}/{version}")["resources"]}
+                except ApiError:
+                    listed = set()
+                if kind in listed:
+                    break
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"{kind} ({group}/{version}) not served within {timeout:.0f}s")
+                time.sleep(0.2)
         try:
             api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         except ApiError as exc:
