@@ -95,7 +95,8 @@ class Metrics(AdmissionMetrics):
         # label would let them grow the series without bound (docs/policy.md, "Tenants").
         self.node_tenants_capped = Gauge(
             "headroom_node_tenants_capped",
-            "Tenants whose share of the node's slack tenancy.maxNodeSlackShare capped at the last reconcile.",
+            "Tenants whose share of the node's slack tenancy.maxNodeSlackShare capped at the last reconcile; "
+            "only for nodes where tenancy changes the split (weights that differ, or a cap).",
             ["node", "pool"],
             registry=r,
         )
@@ -260,9 +261,11 @@ class Metrics(AdmissionMetrics):
             self.node_factor.labels(name, pool).set(plan.summary.factor)
             self.node_slack.labels(name, pool).set(plan.summary.slack / 1000)
             pots = plan.summary.pots
-            self.node_tenants_capped.labels(name, pool).set(
-                0 if pots is None else sum(1 for p in pots.values() if p.capped)
-            )
+            if pots is not None:
+                self.node_tenants_capped.labels(name, pool).set(sum(1 for p in pots.values() if p.capped))
+            else:  # only where tenancy changes the split: a cluster without it exports no such series
+                with contextlib.suppress(KeyError):
+                    self.node_tenants_capped.remove(name, pool)
             self._count(new, 1)  # before the old part goes: the pool's series never blinks
             if old is not None:
                 self._count(old, -1)

@@ -51,7 +51,6 @@ def test_metrics_probes_and_promtool(api, namespace, make_node, headroom_config,
         for name in (
             "headroom_node_factor",
             "headroom_node_slack_cores",
-            "headroom_node_tenants_capped",
             "headroom_pod_limit_cores",
             "headroom_resizes_total",
             "headroom_reconcile_duration_seconds_bucket",

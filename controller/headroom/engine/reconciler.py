@@ -270,7 +270,9 @@ class Reconciler:
         for pod in refused:
             pp = next((pp for pp in plan.pods if pp.pod.key == pod.key), None)
             if pp is not None and pp.reason == elig.BACKING_OFF:
-                why = f"{refusal_text(pod.resize_refusal)}; Headroom decides it again in {settings.backoff_seconds:.0f}s"
+                why = (
+                    f"{refusal_text(pod.resize_refusal)}; Headroom decides it again in {settings.backoff_seconds:.0f}s"
+                )
                 self.annotations.queue_released(plan, pp.pod, elig.BACKING_OFF, why)
         # A backoff that expires must bring the node back by itself, not wait for an event.
         for pod in pods:
