@@ -81,15 +81,18 @@ def test_the_floor_still_applies_inside_a_capped_tenant():
     assert t["c1"].bound == BOUND_FLOOR  # min(floor, S/N) lifts a tiny pod above its tenant's pot
 
 
-def test_tenant_name_is_the_label_value_else_the_namespace():
+def test_tenant_name_is_the_label_value_else_a_name_no_label_value_can_spell():
     labelled = namespace_from_dict({"metadata": {"name": "a-dev", "labels": {"t": "acme"}}})
     plain = namespace_from_dict({"metadata": {"name": "loner"}})
     empty = namespace_from_dict({"metadata": {"name": "blank", "labels": {"t": ""}}})
     assert tenant_name("a-dev", labelled, "t") == "acme"
-    assert tenant_name("a-dev", labelled, None) == "a-dev"
-    assert tenant_name("loner", plain, "t") == "loner"
-    assert tenant_name("blank", empty, "t") == "blank"
-    assert tenant_name("gone", None, "t") == "gone"
+    assert tenant_name("a-dev", labelled, None) == "a-dev"  # no tenant label: each namespace by its name
+    # With a tenant label, an unlabelled namespace is a tenant no label value can spell: one
+    # named "acme" never joins tenant acme's pot, cap or admission share.
+    assert tenant_name("loner", plain, "t") == "namespace/loner"
+    assert tenant_name("blank", empty, "t") == "namespace/blank"
+    assert tenant_name("gone", None, "t") == "namespace/gone"
+    assert tenant_name("acme", plain, "t") != tenant_name("a-dev", labelled, "t")
 
 
 def test_neutral_tenancy_is_today():
@@ -280,7 +283,7 @@ def _tenant_plan():
     ]
     s = replace(
         NO_FLOOR,
-        tenancy=Tenancy(label="t", weights=(("solo", Fraction(2)),), max_node_slack_share=Fraction(1, 2)),
+        tenancy=Tenancy(label="t", weights=(("namespace/solo", Fraction(2)),), max_node_slack_share=Fraction(1, 2)),
     )
     n = plan_node(node_from_dict(node(name="n1", cpu="16")), pods, namespaces, s, pod_level_resize=False)
     return ClusterPlan([n], [])
@@ -294,11 +297,15 @@ def test_explain_and_plan_name_the_tenant_its_weight_and_its_pot():
     # would get 7.2 cores; capped at 6, solo gets the other 6.
     text = output.explain(plan, "a-dev/w1")
     assert "tenant 'acme': weight 1, its managed requests here M_t = 3, its pot P = 6 (capped" in text, text
-    assert "other tenants on the node: 'solo' w 2 M_t 1 P 6" in text, text
+    assert "other tenants on the node: 'namespace/solo' w 2 M_t 1 P 6" in text, text
     assert "burst = max(P*r/M_t = 2" in text and "decided by: maxNodeSlackShare" in text, text
     rows = {p["name"]: p for p in output.plan_json(plan)["pods"]}
     assert (rows["w2"]["tenant"], rows["w2"]["tenantPotMilli"], rows["w2"]["tenantCapped"]) == ("acme", 6000, True)
-    assert (rows["s1"]["tenant"], rows["s1"]["tenantWeight"], rows["s1"]["targetLimitMilli"]) == ("solo", 2.0, 7000)
+    assert (rows["s1"]["tenant"], rows["s1"]["tenantWeight"], rows["s1"]["targetLimitMilli"]) == (
+        "namespace/solo",
+        2.0,
+        7000,
+    )
     table = output.plan_table(plan)
     assert "TENANT" in table.splitlines()[3] and " acme" in table, table
     html = output.plan_html(plan)

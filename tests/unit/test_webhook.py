@@ -514,7 +514,7 @@ def test_a_reviews_tenant_is_its_namespaces_tenant_label_else_the_namespace():
         for i in range(16)
     }
     assert acme == {"acme"}  # the tenant the split and `explain` name, one rule (core.tenancy.tenant_name)
-    assert tenant_of(review("loner", "bob"), sources) == "loner"
-    assert tenant_of(review("unknown", "bob"), sources) == "unknown"
+    assert tenant_of(review("loner", "bob"), sources) == "namespace/loner"
+    assert tenant_of(review("unknown", "bob"), sources) == "namespace/unknown"
     without = Sources(namespaces.get, lambda: resolve([{**config, "spec": {}}], []).resolver)
     assert tenant_of(review("a-dev", "bob"), without) == "a-dev"  # no label named: each namespace is a tenant

@@ -180,8 +180,8 @@ class TenantWeight(Model):
     tenant: str = Field(
         min_length=1,
         max_length=253,
-        description="The tenant: the value of the tenancy.tenantLabel label of its namespaces, or, for a namespace "
-        "without that label (or with no tenantLabel set), the namespace's name.",
+        description="The tenant: the value of the tenancy.tenantLabel label of its namespaces; with no tenantLabel "
+        "set, a namespace's name; with one set, a namespace without the label is the tenant namespace/<name>.",
     )
     weight: float = Field(
         gt=0,
@@ -203,8 +203,8 @@ class Tenancy(Model):
         max_length=317,
         pattern=LABEL_KEY_PATTERN,
         description="A namespace label whose value names the namespace's tenant (for example the tenant label "
-        "of a multi-tenancy operator); a namespace without it is a tenant of its own. Unset: every namespace is "
-        "its own tenant. The admission webhook shares its decision time by tenant, so that more namespaces, "
+        "of a multi-tenancy operator); a namespace without it is a tenant of its own, named namespace/<name>. "
+        "Unset: every namespace is its own tenant, named after it. The admission webhook shares its decision time by tenant, so that more namespaces, "
         "service accounts or users do not give one tenant a larger share.",
     )
     weights: list[TenantWeight] = Field(

@@ -19,15 +19,20 @@ from .records import Namespace
 ONE = Fraction(1)
 
 
+UNLABELLED = "namespace/"  # '/' never appears in a label value: no collision with a labelled tenant
+
+
 def tenant_name(namespace: str, record: Namespace | None, label: str | None) -> str:
-    """A namespace's tenant: the value of the namespace label `label` names, else the
-    namespace itself (no label configured, the namespace unknown, or the label unset or
-    empty). One rule for the split, `plan`, `explain` and the webhook's fairness."""
-    if label and record is not None:
-        value = record.labels.get(label)
-        if value:
-            return value
-    return namespace
+    """A namespace's tenant. Without a tenant label configured, the namespace's name. With
+    one, the label's value; a namespace without it (unset, empty, or the namespace unknown)
+    is a tenant of its own, `namespace/<name>`, which no label value can spell: a tenant
+    that makes an unlabelled namespace named like another tenant never joins that tenant's
+    pot, cap or admission share. One rule for the split, `plan`, `explain` and the
+    webhook's fairness."""
+    if not label:
+        return namespace
+    value = record.labels.get(label) if record is not None else None
+    return value if value else UNLABELLED + namespace
 
 
 @dataclass(slots=True, frozen=True)
