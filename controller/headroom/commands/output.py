@@ -330,8 +330,7 @@ def _explain(n: NodePlan, p: PodPlan) -> str:
         floor = min(st.min_burst_floor, s.slack // s.managed_pods)
         share = "S*r/M"
         if s.pots is not None:
-            pot = s.pots[t.managed.tenant]
-            lines.extend(tenant_lines(s, st, pot.tenant))
+            lines.extend(tenant_lines(s, st, t.managed.tenant))
             share = "P*r/M_t"
         lines.append(
             f"  burst = max({share} = {format_milli(prop)}, min(minBurstFloor {format_milli(st.min_burst_floor)}, "

@@ -92,9 +92,13 @@ class Tenancy:
     default_weight: Fraction = ONE
     max_node_slack_share: Fraction = ONE
     _index: dict[str, Fraction] = field(init=False, compare=False, hash=False, repr=False, default_factory=dict)
+    _neutral: bool = field(init=False, compare=False, hash=False, repr=False, default=True)
 
     def __post_init__(self) -> None:
+        # Derived once: plan_node and summarize ask for every node of every pass.
         object.__setattr__(self, "_index", dict(self.weights))
+        neutral = self.max_node_slack_share >= 1 and all(w == self.default_weight for _, w in self.weights)
+        object.__setattr__(self, "_neutral", neutral)
 
     def weight_of(self, tenant: str) -> Fraction:
         """A tenant's weight: its entry in `weights`, else `default_weight`."""
@@ -102,4 +106,4 @@ class Tenancy:
 
     @property
     def neutral(self) -> bool:
-        return self.max_node_slack_share >= 1 and all(w == self.default_weight for _, w in self.weights)
+        return self._neutral
