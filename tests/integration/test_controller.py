@@ -121,7 +121,7 @@ def test_steady_cluster_sees_no_writes_and_a_restart_writes_nothing(cluster):
             wait_limits(api, ns, name, [limit], timeout=15)
         time.sleep(DEBOUNCE * 3)  # let the kubelet's status writes settle
         settled = versions(api, ns)
-        time.sleep(30)
+        time.sleep(10)  # twenty status flushes and ten blocked-writes checks
         assert versions(api, ns) == settled, "a steady cluster was written to"
 
         first.stop()

@@ -111,7 +111,7 @@ def test_a_cut_below_a_cfs_burst_is_refused_by_the_node_and_never_retried(
     limit = cut["spec"]["containers"][0]["resources"]["limits"]["cpu"]
     message = next(c["message"] for c in cut["status"]["conditions"] if c["type"] == "PodResizeInProgress")
     generation = cut["metadata"]["generation"]
-    time.sleep(20)  # the kubelet retries about once a second meanwhile; the controller passes over the node
+    time.sleep(12)  # the kubelet retries about once a second meanwhile; the controller passes over the node
     after = api.get(pod_path(namespace, "app"))
     events = [e["reason"] for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"]]
     print(
