@@ -13,9 +13,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def _run(script: str, *args: str, timeout: float = 600) -> str:
-    r = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout
-    )
+    r = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout)
     print(r.stdout[-3000:])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r.stdout
