@@ -38,3 +38,7 @@ def test_the_admission_benchmark_through_the_api_server_runs_at_small_size():
     answers = sum(int(kv.split("=")[1]) for kv in webhook.split(":", 1)[1].split(",")[0].split())
     assert answers > 60 + answered // 2, webhook  # the honest pods' reviews and most of the tenant's reached it
     assert "conns, 16 addr" in silent and int(silent.rsplit(" conns", 1)[0].split()[-1]) > 1000, silent
+    # Each row says, from the API server's audit log, where its slow honest creates waited.
+    said = [line for line in lines if "honest creates over 500 ms" in line]
+    assert len(said) == len(rows), r.stdout
+    assert all(" of 60 honest creates" in line for line in said), said
