@@ -504,8 +504,6 @@ class Breakdown:
     """The API server's own account of the honest creates over 500 ms, read from its audit
     log as a row's creates are written there (from where the last row's reading ended)."""
 
-    KEYS = ("apf-queue-wait", "mutating-webhook", "total")
-
     def __init__(self, log: Path) -> None:
         self.log, self.offset = log, 0
 
@@ -516,8 +514,9 @@ class Breakdown:
             with self.log.open("rb") as f:
                 f.seek(self.offset)
                 data = f.read()
-            self.offset += data.rfind(b"\n") + 1  # a line being written is read next time
-            for line in data[: data.rfind(b"\n") + 1].splitlines():
+            whole = data.rfind(b"\n") + 1  # a line being written is read next time
+            self.offset += whole
+            for line in data[:whole].splitlines():
                 event = json.loads(line)
                 who = event.get("impersonatedUser", event["user"]).get("username")
                 if who != HONEST_USER or "dryRun" in event.get("requestURI", ""):

@@ -1,5 +1,6 @@
 """The benchmarks keep running as the code changes (figures are not asserted here)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,45 @@ def test_request_benchmark_runs_at_small_size():
     )
     assert r.returncode == 0, r.stderr
     assert "headroom Api request:" in r.stdout and "(baseline):" in r.stdout
+
+
+def test_the_admission_benchmarks_breakdown_reads_the_api_servers_audit_annotations(tmp_path):
+    """The shape of an honest create over 500 ms as the 1.37 API server wrote it into the
+    bench's audit log (its keys and Go durations), beside a fast one and another user's."""
+    sys.path.insert(0, str(BENCH.parent))
+    from bench_admission_api import HONEST_USER, Breakdown
+
+    def event(user: str, notes: dict[str, str], uri: str = "/api/v1/namespaces/honest/pods") -> str:
+        return json.dumps(
+            {
+                "verb": "create",
+                "requestURI": uri,
+                "user": {"username": "admin"},
+                "impersonatedUser": {"username": user},
+                "annotations": {**notes, "authorization.k8s.io/decision": "allow"},
+            }
+        )
+
+    slow = {
+        "apiserver.latency.k8s.io/apf-queue-wait": "505.2ms",
+        "apiserver.latency.k8s.io/mutating-webhook": "1.361s",
+        "apiserver.latency.k8s.io/total": "1.869s",
+        "apiserver.latency.k8s.io/authorization": "12µs",
+    }
+    log = tmp_path / "audit.log"
+    lines = [
+        event(HONEST_USER, slow),
+        event(HONEST_USER, {}),
+        event(HONEST_USER, slow, uri="/api/v1/namespaces/honest/pods?dryRun=All"),
+        event("system:serviceaccount:kube-system:replicaset-controller", slow),
+    ]
+    log.write_text("\n".join(lines) + "\n" + lines[0][:40])  # the last line still being written
+    b = Breakdown(log)
+    assert b.row() == (
+        "the API server on its 1 of 2 honest creates over 500 ms (mean / max): queued by API Priority and "
+        "Fairness 505 / 505 ms, the webhook call 1361 / 1361 ms, in all 1869 / 1869 ms"
+    )
+    with log.open("a") as f:
+        f.write(lines[0][40:] + "\n")
+    assert b.row().startswith("the API server on its 1 of 1 honest creates")  # the rest of that line, once
+    assert b.row() == "the API server: none of 0 honest creates over 500 ms"
