@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "controller")]
 
 from bench.attackers import Attackers  # noqa: E402
+from bench.procstat import cpu_split, descendants, host_cpu, peak_rss_bytes  # noqa: E402
 from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.webhook.certs import issue  # noqa: E402
 from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
@@ -279,6 +280,29 @@ ROWS = [
 ]
 
 
+def host_split(before: dict[int, tuple[str, float]], seconds: float, hook: Webhook, attacks: list[Attackers]) -> str:
+    """How the host's cores were shared while the honest pods were made: on this machine
+    the webhook, the attackers, the honest client and the API server share them, which in
+    a cluster run apart."""
+    assert hook.proc is not None
+    webhook = set(descendants(hook.proc.pid))
+    attackers = {pid for a in attacks if a.process is not None for pid in descendants(a.process.pid)}
+
+    def part(pid: int, name: str) -> str:
+        if pid in webhook:
+            return "webhook"
+        if pid in attackers:
+            return "attackers"
+        if pid == os.getpid():
+            return "honest client"
+        return name if name.startswith(("kube-", "etcd")) else "other"
+
+    split = cpu_split(before, host_cpu(), seconds, part)
+    cores = os.cpu_count() or 1
+    parts = ", ".join(f"{name} {used:.2f}" for name, used in split.most_common() if used >= 0.005)
+    return f"the host's cores while the honest pods were made: {parts}; {sum(split.values()):.2f} of {cores} busy"
+
+
 # --- the webhook process ------------------------------------------------------------------------
 @dataclass
 class Webhook:
@@ -362,11 +386,10 @@ class Webhook:
         return " ".join(out) + mean
 
     def peak_rss(self) -> float:
+        """MiB: the peak RSS of the process and of any it started, summed (as one
+        container's memory limit counts them; a sum of peaks is at least the peak of the sum)."""
         assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return sum(map(peak_rss_bytes, descendants(self.proc.pid))) / 2**20
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -622,6 +645,7 @@ def run_tree(
                     if attacks:
                         time.sleep(2.0)  # the attack under way
                     extra = ""
+                    cpu_before, cpu_from = host_cpu(), time.monotonic()
                     if row.startswith("ReplicaSet"):
                         replicas = int(row.rsplit(" ", 1)[1])
                         with ThreadPoolExecutor(1) as side:
@@ -632,12 +656,14 @@ def run_tree(
                     else:
                         res = honest(cp, seconds, f"{run}-{i}")
                     rss = hook.peak_rss()
+                    host = host_split(cpu_before, time.monotonic() - cpu_from, hook, attacks)
                     for a in attacks:
                         a.end()
                     with contextlib.suppress(OSError):
                         extra = (extra + "; " if extra else "") + f"webhook answers: {hook.results()}"
                     time.sleep(1.0)  # the audit log's last lines written
                     extra = (extra + "\n" + f"{'':<46} " if extra else "") + breakdown.row()
+                    extra += f"\n{'':<46} {host}"
                     sent = "; ".join(
                         f"{a.name if len(attacks) > 1 else ''}{' ' if len(attacks) > 1 else ''}"
                         f"{a.sent.requests}/{a.sent.failed}, {a.sent.bytes / 2**20:.1f} MiB, "

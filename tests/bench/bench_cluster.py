@@ -43,7 +43,6 @@ import concurrent.futures
 import contextlib
 import datetime
 import json
-import os
 import random
 import shutil
 import statistics
@@ -60,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+from bench.procstat import cpu_seconds, peak_rss_bytes  # noqa: E402
 from headroom.cluster.client import MERGE_PATCH, Api, pod_path  # noqa: E402
 from headroom.cluster.live import read_cluster  # noqa: E402
 from headroom.core.quantity import cpu_milli  # noqa: E402
@@ -252,12 +252,7 @@ def settle(workdir: Path, most: float) -> float:
 
 def proc_figures(pid: int) -> tuple[float, float]:
     """(peak RSS in MB, CPU seconds) of a live process."""
-    hwm = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1]) * 1024
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return hwm / 1e6, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return peak_rss_bytes(pid) / 1e6, cpu_seconds(pid)
 
 
 # --- the naive operator ---------------------------------------------------------------

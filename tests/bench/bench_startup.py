@@ -34,6 +34,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakeapi import FakeApiServer, node_json
 from podgen import make_pod
+from procstat import cpu_seconds
 
 PAGE = 500
 
@@ -45,11 +46,6 @@ def _status(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(value.split()[0]) * 1024
     return out
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
 
 
 def make_cluster(
@@ -118,7 +114,7 @@ def measure(cmd: list[str], marker: bytes, settle: float, tree: str | None = Non
                 st = _status(proc.pid)
                 out["peak_mb"] = st["VmHWM"] / 2**20
                 out["rss_after_mb"] = st["VmRSS"] / 2**20
-                out["cpu_s"] = _cpu(proc.pid)
+                out["cpu_s"] = cpu_seconds(proc.pid)
             break
         time.sleep(0.05)
     proc.terminate()

@@ -38,9 +38,10 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_startup import _cpu, _status, make_cluster
+from bench_startup import _status, make_cluster
 from fakeapi import PODS, FakeApiServer
 from podgen import make_pod
+from procstat import cpu_seconds
 
 NODE_CPU = "32"
 
@@ -159,7 +160,7 @@ def run_wave(args: argparse.Namespace, controller_tree: str | None, label: str) 
                 now = time.monotonic()
                 if now >= next_scrape:
                     scrape = _scrape(port)
-                    st, cpu = _status(proc.pid), _cpu(proc.pid)
+                    st, cpu = _status(proc.pid), cpu_seconds(proc.pid)
                     c = dict(fake.counts)
                     sample = {
                         "t": now - synced,
@@ -191,7 +192,7 @@ def run_wave(args: argparse.Namespace, controller_tree: str | None, label: str) 
             st = _status(proc.pid)
             out["peak_mb"] = st["VmHWM"] / 2**20
             out["rss_end_mb"] = st["VmRSS"] / 2**20
-            out["cpu_s"] = _cpu(proc.pid)
+            out["cpu_s"] = cpu_seconds(proc.pid)
             out["first_pass_s"] = first_pass[0] - synced if first_pass else None
         finally:
             proc.terminate()

@@ -1,5 +1,6 @@
 """tests/bench/bench_admission_api.py at a small size, through the real API server and the
-controller-manager: each row it is asked for prints, the honest tenant's pods all get their
+controller-manager: each row it is asked for prints (with where the slow creates waited and
+how the host's cores were shared), the honest tenant's pods all get their
 limit at admission when no one attacks, and a ReplicaSet's 64 pods, made in the
 controller-manager's slow-start batches, are all decided with theirs. (The figures
 themselves are printed, and a full run is in docs/performance.md.)"""
@@ -42,3 +43,10 @@ def test_the_admission_benchmark_through_the_api_server_runs_at_small_size():
     said = [line for line in lines if "honest creates over 500 ms" in line]
     assert len(said) == len(rows), r.stdout
     assert all(" of 60 honest creates" in line for line in said), said
+    # And how the host's cores were shared meanwhile, read from /proc: the parts that in a
+    # cluster run apart (the webhook, the API server) and the bench's own clients.
+    shared = [line for line in lines if "the host's cores while the honest pods were made" in line]
+    assert len(shared) == len(rows), r.stdout
+    for line in shared:
+        assert all(f"{part} " in line for part in ("webhook", "kube-apiserver", "honest client")), line
+    assert "attackers " in shared[1] and "attackers " not in shared[0], shared

@@ -1,0 +1,73 @@
+"""What the kernel says a process used (/proc): its CPU seconds, its peak RSS, and how the
+host's cores were shared between processes over a stretch of a benchmark."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, float]:
+    """(the process's name, CPU seconds of all its threads, user and system)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    name, _, rest = text.partition(" (")[2].rpartition(") ")
+    fields = rest.split()
+    return name, (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    return _stat(pid)[1]
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """The process and every process under it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # ended meanwhile
+            continue
+    return out
+
+
+def host_cpu() -> dict[int, tuple[str, float]]:
+    """Every process's (name, CPU seconds) now."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                out[int(entry)] = _stat(int(entry))
+            except (OSError, ValueError, IndexError):  # ended meanwhile
+                continue
+    return out
+
+
+def cpu_split(
+    before: dict[int, tuple[str, float]],
+    after: dict[int, tuple[str, float]],
+    seconds: float,
+    part: Callable[[int, str], str] = lambda pid, name: name,
+) -> Counter[str]:
+    """Cores each part of the host used between two host_cpu() snapshots `seconds` apart
+    (`part(pid, name)` names a process's part; a process that ended meanwhile is not
+    counted, one that started is counted whole)."""
+    split: Counter[str] = Counter()
+    for pid, (name, cpu) in after.items():
+        used = cpu - before[pid][1] if pid in before and before[pid][0] == name else cpu
+        if used > 0:
+            split[part(pid, name)] += used / seconds
+    return split
