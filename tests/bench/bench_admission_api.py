@@ -530,13 +530,18 @@ class Breakdown:
     def __init__(self, log: Path) -> None:
         self.log, self.offset = log, 0
 
-    def row(self) -> str:
+    def row(self, expected: int = 0, wait: float = 10.0) -> str:
+        """Reads until the log holds `expected` honest creates (the API server writes an
+        event once its answer is sent), for at most `wait` seconds."""
         slow: list[dict[str, float]] = []
         creates = 0
-        if self.log.exists():
-            with self.log.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+        deadline = time.monotonic() + wait
+        while True:
+            data = b""
+            if self.log.exists():
+                with self.log.open("rb") as f:
+                    f.seek(self.offset)
+                    data = f.read()
             whole = data.rfind(b"\n") + 1  # a line being written is read next time
             self.offset += whole
             for line in data[:whole].splitlines():
@@ -549,6 +554,9 @@ class Breakdown:
                 took = {k.rsplit("/", 1)[1]: _seconds(v) for k, v in notes.items() if "latency.k8s.io/" in k}
                 if took:
                     slow.append(took)
+            if creates >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if not slow:
             return f"the API server: none of {creates} honest creates over 500 ms"
 
@@ -661,8 +669,7 @@ def run_tree(
                         a.end()
                     with contextlib.suppress(OSError):
                         extra = (extra + "; " if extra else "") + f"webhook answers: {hook.results()}"
-                    time.sleep(1.0)  # the audit log's last lines written
-                    extra = (extra + "\n" + f"{'':<46} " if extra else "") + breakdown.row()
+                    extra = (extra + "\n" + f"{'':<46} " if extra else "") + breakdown.row(res.total)
                     extra += f"\n{'':<46} {host}"
                     sent = "; ".join(
                         f"{a.name if len(attacks) > 1 else ''}{' ' if len(attacks) > 1 else ''}"

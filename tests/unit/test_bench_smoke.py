@@ -3,6 +3,8 @@
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_controller.py"
@@ -124,7 +126,16 @@ def test_the_admission_benchmarks_breakdown_reads_the_api_servers_audit_annotati
         "the API server on its 1 of 2 honest creates over 500 ms (mean / max): queued by API Priority and "
         "Fairness 505 / 505 ms, the webhook call 1361 / 1361 ms, in all 1869 / 1869 ms"
     )
-    with log.open("a") as f:
-        f.write(lines[0][40:] + "\n")
-    assert b.row().startswith("the API server on its 1 of 1 honest creates")  # the rest of that line, once
+
+    def finish_the_line() -> None:
+        time.sleep(0.3)
+        with log.open("a") as f:
+            f.write(lines[0][40:] + "\n")
+
+    writer = threading.Thread(target=finish_the_line)
+    writer.start()
+    # A row waits for the creates it made: the rest of that line, read once it is written.
+    assert b.row(expected=1).startswith("the API server on its 1 of 1 honest creates")
+    writer.join()
     assert b.row() == "the API server: none of 0 honest creates over 500 ms"
+    assert b.row(expected=1, wait=0.2) == "the API server: none of 0 honest creates over 500 ms"  # gives up
