@@ -4,7 +4,7 @@ The tests' real kube-apiserver and etcd (API Priority and Fairness on, its defau
 kube-controller-manager (so a ReplicaSet makes its pods), 5,000 Node objects in 100 pools
 with a NodePoolProfile each, and the webhook registered as the chart registers it
 (`timeoutSeconds: 2`, `failurePolicy: Ignore`), served by one `headroom webhook` process,
-a fresh one per row (its peak RSS is the row's). The test API server publishes no
+a fresh one per row (its peak RSS, with any process it starts, is the row's). The test API server publishes no
 EndpointSlice for itself, so its address is named with `--api-server-cidr 127.0.0.1/32`
 (where the tree knows that flag).
 
@@ -31,7 +31,9 @@ And where the honest creates slower than 500 ms spent their time, as the API ser
 says: it writes a breakdown (`apiserver.latency.k8s.io/*` audit annotations) for every
 request over 500 ms, and the audit log here records the honest tenant's creates only
 (Metadata level): the wait in API Priority and Fairness's queue and the call to the
-webhook, mean and max.
+webhook, mean and max. And how the host's cores were shared while the honest pods were made
+(from /proc): here the webhook, the API server, etcd, the attackers and the honest client
+share them, which a cluster runs apart; a row whose cores were all busy measured the host.
 
     .venv/bin/python tests/bench/bench_admission_api.py [--baseline TREE] [--seconds 12] [--row NAME]...
 
