@@ -73,13 +73,17 @@ def test_a_raised_limit_reaches_the_containers_cfs_quota_and_the_throttling_stop
     # in a CI run with the whole suite beside it); at one core it is never throttled and
     # gets far more.
     # The kernel's bound is the mechanism: never above a fifth of a core (plus a period's
-    # slack) at 200m, never throttled at one core. What the thread gets at one core depends
-    # on what else the machine runs: printed above, not bounded.
+    # slack) at 200m. At one core the old bound is gone: the thread either gets more than a
+    # fifth of a core, or is not throttled (it got no more CPU than that: the machine was
+    # busy). A busy thread that gets a whole core is still throttled in the periods where it
+    # used all of it (7 % of periods at 0.99 cores in one fresh-clone CI run). What the
+    # thread gets at one core depends on what else the machine runs: printed above, not
+    # bounded.
     # How often the container's own cgroup counts a throttled period is no bound either: the
     # pod's cgroup holds the same quota, and the kernel may count the throttling there (0 % in
     # the container's cgroup in one fresh-clone CI run, at exactly 0.200 cores).
     assert used_before < 0.22, (used_before, before)
-    assert after < 0.05, (used_after, after)
+    assert used_after > 0.22 or after < 0.05, (used_after, after)
 
 
 def test_a_deployments_pods_are_placed_seeded_at_admission_and_raised_in_their_cgroups(
