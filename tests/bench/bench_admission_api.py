@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "controller")]
 
 from bench.attackers import Attackers  # noqa: E402
-from bench.procstat import cpu_split, descendants, host_cpu, peak_rss_bytes  # noqa: E402
+from bench.procstat import Sample, cpu_split, descendants, host_cpu, peak_rss_bytes  # noqa: E402
 from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
 from headroom.webhook.certs import issue  # noqa: E402
 from helpers.cluster_helpers import apply_config, install_crds, register_webhook  # noqa: E402
@@ -282,7 +282,7 @@ ROWS = [
 ]
 
 
-def host_split(before: dict[int, tuple[str, float]], seconds: float, hook: Webhook, attacks: list[Attackers]) -> str:
+def host_split(before: dict[int, Sample], seconds: float, hook: Webhook, attacks: list[Attackers]) -> str:
     """How the host's cores were shared while the honest pods were made: on this machine
     the webhook, the attackers, the honest client and the API server share them, which in
     a cluster run apart."""

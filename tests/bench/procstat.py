@@ -7,20 +7,26 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> tuple[str, float]:
-    """(the process's name, CPU seconds of all its threads, user and system)."""
+class Sample(NamedTuple):
+    name: str
+    cpu: float  # CPU seconds of all its threads, user and system
+    started: int  # clock ticks after boot: with the pid, which process this is
+
+
+def _stat(pid: int) -> Sample:
     text = Path(f"/proc/{pid}/stat").read_text()
     name, _, rest = text.partition(" (")[2].rpartition(") ")
     fields = rest.split()
-    return name, (int(fields[11]) + int(fields[12])) / TICK
+    return Sample(name, (int(fields[11]) + int(fields[12])) / TICK, int(fields[19]))
 
 
 def cpu_seconds(pid: int) -> float:
-    return _stat(pid)[1]
+    return _stat(pid).cpu
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -44,8 +50,8 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def host_cpu() -> dict[int, tuple[str, float]]:
-    """Every process's (name, CPU seconds) now."""
+def host_cpu() -> dict[int, Sample]:
+    """Every process's name, CPU seconds and start now."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -57,17 +63,19 @@ def host_cpu() -> dict[int, tuple[str, float]]:
 
 
 def cpu_split(
-    before: dict[int, tuple[str, float]],
-    after: dict[int, tuple[str, float]],
+    before: dict[int, Sample],
+    after: dict[int, Sample],
     seconds: float,
     part: Callable[[int, str], str] = lambda pid, name: name,
 ) -> Counter[str]:
     """Cores each part of the host used between two host_cpu() snapshots `seconds` apart
     (`part(pid, name)` names a process's part; a process that ended meanwhile is not
-    counted, one that started is counted whole)."""
+    counted, one that started is counted whole). A process is known by its pid and start,
+    not its name: a kernel worker renames itself after the work it does."""
     split: Counter[str] = Counter()
-    for pid, (name, cpu) in after.items():
-        used = cpu - before[pid][1] if pid in before and before[pid][0] == name else cpu
+    for pid, now in after.items():
+        then = before.get(pid)
+        used = now.cpu - then.cpu if then is not None and then.started == now.started else now.cpu
         if used > 0:
-            split[part(pid, name)] += used / seconds
+            split[part(pid, now.name)] += used / seconds
     return split

@@ -139,3 +139,26 @@ def test_the_admission_benchmarks_breakdown_reads_the_api_servers_audit_annotati
     writer.join()
     assert b.row() == "the API server: none of 0 honest creates over 500 ms"
     assert b.row(expected=1, wait=0.2) == "the API server: none of 0 honest creates over 500 ms"  # gives up
+
+
+def test_the_hosts_split_counts_a_renamed_process_by_what_it_used_meanwhile():
+    """A kernel worker renames itself after the work it does: counted whole, its lifetime's
+    CPU put 0.37 cores too many on a 2-core host in a 10 s window. A process is known by its
+    pid and start; a pid taken by a new process is counted whole, an ended one not at all."""
+    sys.path.insert(0, str(BENCH.parent))
+    from procstat import Sample, cpu_split
+
+    before = {
+        1: Sample("kworker/u8:1-events", 5000.0, 10),
+        2: Sample("python", 100.0, 20),
+        3: Sample("etcd", 50.0, 30),
+        4: Sample("gone", 9.0, 40),
+    }
+    after = {
+        1: Sample("kworker/u8:1-kvfree_rcu_reclaim", 5000.5, 10),  # renamed: 0.5 s meanwhile
+        2: Sample("python", 101.0, 20),
+        3: Sample("sh", 2.0, 35),  # pid 3 ended, and a new process took its number
+        5: Sample("new", 1.5, 50),
+    }
+    split = cpu_split(before, after, 10.0)
+    assert split == {"kworker/u8:1-kvfree_rcu_reclaim": 0.05, "python": 0.1, "sh": 0.2, "new": 0.15}
