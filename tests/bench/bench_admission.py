@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "controller")]
 
 from bench.attackers import Attackers  # noqa: E402
+from bench.procstat import peak_rss_bytes  # noqa: E402
 from headroom.api.models import HeadroomConfig, NodePoolProfile, profile_from, settings_from  # noqa: E402
 from headroom.core.params import Resolver, Settings  # noqa: E402
 from headroom.core.placement import PLACEMENT_BUDGET  # noqa: E402
@@ -154,13 +155,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _peak_rss(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _tls(ca: bytes) -> ssl.SSLContext:
@@ -318,7 +312,7 @@ def attack_row(attack: Attackers | None, nodes: int, profiles: int, window: floa
 
         with ThreadPoolExecutor(32) as pool:
             list(pool.map(one, range(sends)))
-        rss = _peak_rss(proc.pid)
+        rss = peak_rss_bytes(proc.pid) / 2**20
         if attack is not None:
             attack.end()
         # Nearest rank, a failure counted as the slowest (never dropped).

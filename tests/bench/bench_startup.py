@@ -34,18 +34,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakeapi import FakeApiServer, node_json
 from podgen import make_pod
-from procstat import cpu_seconds
+from procstat import cpu_seconds, memory
 
 PAGE = 500
-
-
-def _status(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) * 1024
-    return out
 
 
 def make_cluster(
@@ -104,14 +95,14 @@ def measure(cmd: list[str], marker: bytes, settle: float, tree: str | None = Non
     while proc.poll() is None:
         if "sync_s" not in out and any(marker in line for line in reader_lines):
             out["sync_s"] = time.perf_counter() - started
-            st = _status(proc.pid)
+            st = memory(proc.pid)
             out["peak_at_sync_mb"] = st["VmHWM"] / 2**20
             out["rss_at_sync_mb"] = st["VmRSS"] / 2**20
             deadline = time.perf_counter() + settle
             while time.perf_counter() < deadline and proc.poll() is None:
                 time.sleep(0.1)
             if proc.poll() is None:
-                st = _status(proc.pid)
+                st = memory(proc.pid)
                 out["peak_mb"] = st["VmHWM"] / 2**20
                 out["rss_after_mb"] = st["VmRSS"] / 2**20
                 out["cpu_s"] = cpu_seconds(proc.pid)

@@ -38,10 +38,10 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_startup import _status, make_cluster
+from bench_startup import make_cluster
 from fakeapi import PODS, FakeApiServer
 from podgen import make_pod
-from procstat import cpu_seconds
+from procstat import cpu_seconds, memory
 
 NODE_CPU = "32"
 
@@ -145,7 +145,7 @@ def run_wave(args: argparse.Namespace, controller_tree: str | None, label: str) 
                 if fake.counts["resize"] or fake.counts["status"] or fake.counts["pod-patch"]:
                     synced = time.monotonic()  # the first write: the caches are synced
                 time.sleep(0.05)
-            st = _status(proc.pid)
+            st = memory(proc.pid)
             out["sync_s"] = synced - started
             out["rss_at_sync_mb"] = st["VmRSS"] / 2**20
             print(f"[{label}] synced in {out['sync_s']:.1f}s, RSS {out['rss_at_sync_mb']:.0f} MB", flush=True)
@@ -160,7 +160,7 @@ def run_wave(args: argparse.Namespace, controller_tree: str | None, label: str) 
                 now = time.monotonic()
                 if now >= next_scrape:
                     scrape = _scrape(port)
-                    st, cpu = _status(proc.pid), cpu_seconds(proc.pid)
+                    st, cpu = memory(proc.pid), cpu_seconds(proc.pid)
                     c = dict(fake.counts)
                     sample = {
                         "t": now - synced,
@@ -189,7 +189,7 @@ def run_wave(args: argparse.Namespace, controller_tree: str | None, label: str) 
                 if proc.poll() is not None:
                     raise SystemExit(f"headroom run exited:\n{b''.join(lines).decode(errors='replace')}")
                 time.sleep(0.2)
-            st = _status(proc.pid)
+            st = memory(proc.pid)
             out["peak_mb"] = st["VmHWM"] / 2**20
             out["rss_end_mb"] = st["VmRSS"] / 2**20
             out["cpu_s"] = cpu_seconds(proc.pid)

@@ -29,11 +29,18 @@ def cpu_seconds(pid: int) -> float:
     return _stat(pid).cpu
 
 
-def peak_rss_bytes(pid: int) -> int:
+def memory(pid: int) -> dict[str, int]:
+    """The process's resident set now (VmRSS) and at its peak (VmHWM), in bytes."""
+    out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def peak_rss_bytes(pid: int) -> int:
+    return memory(pid).get("VmHWM", 0)
 
 
 def descendants(pid: int) -> list[int]:

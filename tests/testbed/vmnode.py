@@ -377,11 +377,11 @@ class VmNode:
                 self._wait_ready(began + timeout)
                 break
             except GuestHung as hung:
-                host.stop_process(self.proc)
-                (self.workdir / "console.log").rename(self.workdir / f"console-hung-{boot}.log")
                 if boot == 2:
                     self.stop()
                     raise
+                host.stop_process(self.proc)
+                (self.workdir / "console.log").rename(self.workdir / f"console-hung-{boot}.log")
                 print(f"{self.name}: the guest hung before its node was Ready, booted again: {hung}", flush=True)
             except BaseException:
                 self.stop()
